@@ -1,0 +1,59 @@
+"""The injected clock. Every time read in the engine goes through one of these."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from jobledger.domain.timeutil import at_ms
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return at_ms(datetime.now(UTC))
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(seconds, 0.0))
+
+
+class FakeClock:
+    """A clock tests move by hand: `advance(minutes=16)` wakes sleepers that are due."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = at_ms(start or datetime(2026, 1, 1, tzinfo=UTC))
+        self._sleepers: list[tuple[datetime, asyncio.Future[None]]] = []
+
+    def now(self) -> datetime:
+        return self._now
+
+    def set(self, value: datetime) -> None:
+        self._now = at_ms(value)
+        self._wake()
+
+    def advance(self, delta: timedelta | None = None, **kwargs: float) -> datetime:
+        self._now = at_ms(self._now + (delta or timedelta(**kwargs)))
+        self._wake()
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self._now + timedelta(seconds=seconds), future))
+        # yield to the loop so that a sleep of 0 still lets others run
+        await future
+
+    def _wake(self) -> None:
+        keep = []
+        for when, future in self._sleepers:
+            if when <= self._now:
+                if not future.done():
+                    future.set_result(None)
+            elif not future.done():
+                keep.append((when, future))
+        self._sleepers = keep

@@ -1,0 +1,1 @@
+"""The pure core: events, state machines, policies and cron math. No I/O here."""

@@ -1,0 +1,91 @@
+"""Errors with stable machine-readable codes, and the handler signals of reference §4.
+
+`JobledgerError.code` is what the admin API returns in `{statusCode, code, message[]}`.
+The three handler signals tell the outcome path how a run ended; any other exception
+a handler raises is an *answered failure*.
+"""
+
+from __future__ import annotations
+
+
+class JobledgerError(Exception):
+    """An error the caller can act on; `code` is stable, `status` is the HTTP status."""
+
+    code = "error"
+    status = 400
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.code
+
+
+class UnknownTarget(JobledgerError):
+    code = "unknown_target"
+
+
+class DuplicateTarget(JobledgerError):
+    code = "duplicate_target"
+
+
+class DuplicateSchedule(JobledgerError):
+    code = "duplicate_schedule"
+
+
+class InvalidCron(JobledgerError):
+    code = "invalid_cron"
+
+
+class InvalidPayload(JobledgerError):
+    """Payload is not JSON-serialisable, or larger than the configured limit."""
+
+    code = "invalid_payload"
+
+
+class InvalidArgument(JobledgerError):
+    code = "invalid_argument"
+
+
+class NotFound(JobledgerError):
+    code = "not_found"
+    status = 404
+
+
+class InvalidStatus(JobledgerError):
+    """The row is not in a state the command accepts, or a concurrent writer won."""
+
+    code = "invalid_status"
+    status = 409
+
+
+class ConfigError(JobledgerError):
+    code = "invalid_config"
+
+
+# --- handler signals (reference §4 "handler errors") -------------------------
+
+
+class TargetUnreachable(Exception):  # noqa: N818 - name fixed by the reference
+    """Nothing reached the target: pause it, spend no attempt."""
+
+
+class TargetOutcomeUnknown(Exception):  # noqa: N818 - name fixed by the reference
+    """The request may have landed with no answer.
+
+    at-most-once → DEAD at once (target paused unless `target_up`);
+    at-least-once → treated as unreachable.
+    """
+
+    def __init__(self, message: str = "outcome unknown", *, target_up: bool = False) -> None:
+        super().__init__(message)
+        self.target_up = target_up
+
+
+class DeadNow(Exception):  # noqa: N818 - the reference's `{dead_now: true}`
+    """A resend can never succeed: DEAD at once, pause state left as it is."""
+
+    dead_now = True

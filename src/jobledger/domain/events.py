@@ -1,0 +1,191 @@
+"""Events: the only thing the engine ever writes about a job or a schedule.
+
+An event belongs to one stream (`job:<id>` or `schedule:<code>`), has a version that
+is unique within it (1, 2, …), and carries the hash of its predecessor so that an
+auditor can detect an edited or deleted event (`jobledger verify`). The global
+position is assigned by the store when the event commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobledger.domain.timeutil import at_ms, iso
+
+GENESIS_HASH = ""
+
+
+class EventType:
+    """Every event type, by stream. docs/events.md explains each for auditors."""
+
+    # job streams
+    JOB_ENQUEUED = "JobEnqueued"
+    JOB_DISPATCHED = "JobDispatched"  # fast lane in-flight mark (at-most-once)
+    JOB_CLAIMED = "JobClaimed"  # long lane reservation under a claim token
+    JOB_LEASE_RENEWED = "JobLeaseRenewed"
+    JOB_SUCCEEDED = "JobSucceeded"
+    JOB_FAILED = "JobFailed"  # answered failure, retry scheduled
+    JOB_DEFERRED = "JobDeferred"  # target unreachable, no attempt spent
+    JOB_REQUEUED = "JobRequeued"  # in-flight mark dropped on takeover (at-least-once)
+    JOB_DEAD = "JobDead"
+    JOB_RETRIED = "JobRetried"  # admin: DEAD → PENDING
+    JOB_SKIPPED = "JobSkipped"  # admin skip of a DEAD row, or a late schedule slot
+    JOB_CANCELLED = "JobCancelled"  # admin: PENDING → gone
+    JOB_EXPIRED = "JobExpired"  # retention: DEAD row removed after its period
+    # schedule streams
+    SCHEDULE_DECLARED = "ScheduleDeclared"
+    SCHEDULE_SYNCED = "ScheduleSynced"
+    SCHEDULE_ENABLED = "ScheduleEnabled"
+    SCHEDULE_DISABLED = "ScheduleDisabled"
+    SCHEDULE_OVERRIDE_SET = "ScheduleCronOverrideSet"
+    SCHEDULE_OVERRIDE_CLEARED = "ScheduleCronOverrideCleared"
+    SCHEDULE_SLOT_ENQUEUED = "ScheduleSlotEnqueued"
+    SCHEDULE_SLOTS_MISSED = "ScheduleSlotsMissed"
+    SCHEDULE_SLOT_SKIPPED = "ScheduleSlotSkipped"
+    SCHEDULE_SLOT_RAN = "ScheduleSlotRan"
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who caused an event. `via` is `http`, `system`, `api`, … ."""
+
+    id: str | None = None
+    via: str = "system"
+    role: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "via": self.via, "role": self.role}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any] | None) -> Actor | None:
+        if data is None:
+            return None
+        return Actor(id=data.get("id"), via=data.get("via", "system"), role=data.get("role"))
+
+
+SYSTEM = Actor(id="jobledger", via="system")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    stream: str
+    version: int
+    type: str
+    data: Mapping[str, Any]
+    at: datetime
+    actor: Actor | None
+    trace_id: str | None
+    prev_hash: str
+    hash: str
+    position: int | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The export form (JSON Lines for auditors)."""
+        return {
+            "position": self.position,
+            "stream": self.stream,
+            "version": self.version,
+            "type": self.type,
+            "data": dict(self.data),
+            "at": iso(self.at),
+            "actor": self.actor.to_json() if self.actor else None,
+            "trace_id": self.trace_id,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def event_hash(
+    *,
+    stream: str,
+    version: int,
+    type: str,  # noqa: A002 - the event's field name
+    data: Mapping[str, Any],
+    at: datetime,
+    actor: Actor | None,
+    trace_id: str | None,
+    prev_hash: str,
+) -> str:
+    body = canonical_json(
+        {
+            "stream": stream,
+            "version": version,
+            "type": type,
+            "data": data,
+            "at": iso(at),
+            "actor": actor.to_json() if actor else None,
+            "trace_id": trace_id,
+            "prev": prev_hash,
+        }
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def new_event(
+    stream: str,
+    version: int,
+    type: str,  # noqa: A002
+    data: Mapping[str, Any],
+    *,
+    at: datetime,
+    actor: Actor | None,
+    trace_id: str | None,
+    prev_hash: str,
+) -> Event:
+    at = at_ms(at)
+    digest = event_hash(
+        stream=stream,
+        version=version,
+        type=type,
+        data=data,
+        at=at,
+        actor=actor,
+        trace_id=trace_id,
+        prev_hash=prev_hash,
+    )
+    return Event(stream, version, type, data, at, actor, trace_id, prev_hash, digest)
+
+
+def verify_chain(events: Sequence[Event]) -> list[str]:
+    """Problems found in the per-stream hash chains of `events` (in log order).
+
+    Checks each event's own hash, that versions follow 1, 2, … within a stream, and
+    that each event names its predecessor's hash. A stream whose early events were
+    archived may start at a later version: its first kept event is trusted as given.
+    """
+    problems: list[str] = []
+    last: dict[str, Event] = {}
+    for event in events:
+        expected = event_hash(
+            stream=event.stream,
+            version=event.version,
+            type=event.type,
+            data=event.data,
+            at=event.at,
+            actor=event.actor,
+            trace_id=event.trace_id,
+            prev_hash=event.prev_hash,
+        )
+        where = f"{event.stream} v{event.version} (position {event.position})"
+        if expected != event.hash:
+            problems.append(f"{where}: content does not match its hash")
+        before = last.get(event.stream)
+        if before is not None:
+            if event.version != before.version + 1:
+                problems.append(f"{where}: follows v{before.version}")
+            if event.prev_hash != before.hash:
+                problems.append(f"{where}: prev_hash does not name v{before.version}")
+        elif event.version == 1 and event.prev_hash != GENESIS_HASH:
+            problems.append(f"{where}: first event names a predecessor")
+        last[event.stream] = event
+    return problems

@@ -1,0 +1,58 @@
+"""Small pure policies of the reference: partition hash, backoff, fair share."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from datetime import timedelta
+
+PARTITIONS = 64
+RETRY_DELAYS_MINUTES: tuple[float, ...] = (1, 2, 4, 8, 16)
+DEFAULT_MAX_ATTEMPTS = len(RETRY_DELAYS_MINUTES) + 1  # the 6th answered failure is DEAD
+
+
+def partition_of(key: str | None, dedupe_key: str, partitions: int = PARTITIONS) -> int:
+    """md5(key, or dedupe_key when key is absent) mod `partitions`.
+
+    The first four bytes of the digest, read big-endian, as the reference's
+    `parseInt(md5hex.slice(0, 8), 16) % 64` (= `digest.readUInt32BE(0) % 64`), so a
+    migrated deployment keeps every key in the partition it had.
+    """
+    text = key if key else dedupe_key
+    digest = hashlib.md5(text.encode("utf-8"), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:4], "big") % partitions
+
+
+def retry_delay(
+    attempts_after_failure: int,
+    delays_minutes: Sequence[float] = RETRY_DELAYS_MINUTES,
+) -> timedelta:
+    """Wait before the next run once `attempts_after_failure` failures were answered.
+
+    1 → 1 min, 2 → 2 min, … 5 → 16 min; beyond the table the last delay repeats.
+    """
+    index = min(max(attempts_after_failure, 1), len(delays_minutes)) - 1
+    return timedelta(minutes=delays_minutes[index])
+
+
+def fair_share(live_pods: int, partitions: int = PARTITIONS) -> int:
+    """ceil(partitions / live pods): the most partitions one pod should hold."""
+    return math.ceil(partitions / max(live_pods, 1))
+
+
+def share_target(live_pods: int, owned_counts: Sequence[int], mine: int,
+                 partitions: int = PARTITIONS) -> int:
+    """How many partitions this pod should hold now (reference §6 lease heartbeat).
+
+    The fair share is ceil(P / live pods); while another live pod holds fewer than
+    floor(P / live pods) this pod yields down to max(floor, 1) so that the newcomer
+    can take its part.
+    """
+    pods = max(live_pods, 1)
+    ceiling = math.ceil(partitions / pods)
+    floor = partitions // pods
+    others_below_floor = any(count < floor for count in owned_counts)
+    if others_below_floor and mine > floor:
+        return max(floor, 1)
+    return ceiling

@@ -1,0 +1,50 @@
+"""The schedule row of the schedules read model (reference §3 `schedules`).
+
+The schedule state machine and its events live in `domain/schedules.py`; this module
+only holds the row shape so the storage port can name it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class MissedSlotPolicy(enum.StrEnum):
+    RUN_ONCE = "run_once"
+    SKIP = "skip"
+
+
+def schedule_stream(code: str) -> str:
+    return f"schedule:{code}"
+
+
+def schedule_target(code: str) -> str:
+    return f"schedule:{code}"
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    code: str
+    cron: str  # owned by code: rewritten at every boot
+    timezone: str  # owned by code
+    missed_slot_policy: MissedSlotPolicy  # owned by code
+    runs_per_slot: int  # owned by code: total runs of one slot (reference `retry_count`, G7)
+    enabled: bool  # owned by admins
+    cron_override: str | None  # owned by admins
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_skipped_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    stream_version: int
+    last_hash: str
+
+    @property
+    def stream(self) -> str:
+        return schedule_stream(self.code)
+
+    @property
+    def effective_cron(self) -> str:
+        return self.cron_override or self.cron

@@ -1,0 +1,167 @@
+"""The engine facade business code talks to: register targets, enqueue in your transaction.
+
+    engine = Engine(SqliteStore("jobs.db"))
+    engine.targets.register("mail:welcome", "long", send_welcome, delivery_mode="at_least_once")
+    async with engine.transaction() as tx:
+        tx.native.execute("INSERT INTO users ...")          # your own write
+        await engine.enqueue("mail:welcome", {"user": 7}, key="user:7", tx=tx)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from jobledger import context
+from jobledger.clock import Clock, SystemClock
+from jobledger.domain import jobs
+from jobledger.domain.errors import InvalidArgument, InvalidPayload
+from jobledger.domain.jobs import Change, NewJob, Stamp
+from jobledger.domain.policies import partition_of
+from jobledger.ids import new_id
+from jobledger.settings import Settings
+from jobledger.storage.port import Store, Transaction
+from jobledger.targets.registry import TargetRegistry
+
+logger = logging.getLogger("jobledger.enqueue")
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What `enqueue` did with one item (reference: `{inserted, lossy}`)."""
+
+    job_id: str | None
+    inserted: bool
+    lossy: bool = False
+
+
+class Engine:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        targets: TargetRegistry | None = None,
+        clock: Clock | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings or Settings()
+        self.targets = targets or TargetRegistry(self.settings.max_attempts)
+        for code, attempts in self.settings.max_attempts_by_code.items():
+            self.targets.set_max_attempts(code, attempts)
+        self.clock: Clock = clock or SystemClock()
+        #: called with (target, item) for each lossy item after its transaction commits
+        self.lossy_handoff: Any = None
+
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        return self.store.transaction()
+
+    async def enqueue(
+        self,
+        target: str,
+        payload: Any = None,
+        *,
+        tx: Any,
+        code: str | None = None,
+        key: str | None = None,
+        version: int = 0,
+        dedupe_key: str | None = None,
+        headers: dict[str, str] | None = None,
+        run_at: Any = None,
+    ) -> Enqueued:
+        item = NewJob(target, payload, code, key, version, dedupe_key, headers, run_at)
+        return (await self.enqueue_many([item], tx=tx))[0]
+
+    async def enqueue_many(self, items: Sequence[NewJob], *, tx: Any) -> list[Enqueued]:
+        """Append one JobEnqueued per item inside the caller's transaction `tx`.
+
+        Everything is validated before anything is written. A dedupe key seen before
+        (earlier in this call, or in the log) inserts nothing and raises nothing.
+        Lossy targets write nothing here: they are handed over after the commit.
+        """
+        stamp = self._stamp()
+        ctx = context.current()
+        results: list[Enqueued | None] = [None] * len(items)
+        changes: list[Change] = []
+        change_slots: list[int] = []
+        lossy: list[tuple[int, NewJob]] = []
+        seen: set[str] = set()
+        for index, item in enumerate(items):
+            target = self.targets.get(item.target)
+            self._check(item)
+            if target.lossy:
+                lossy.append((index, item))
+                continue
+            job_id = new_id(int(stamp.at.timestamp() * 1000))
+            dedupe = item.dedupe_key or job_id
+            if dedupe in seen:
+                results[index] = Enqueued(None, False)
+                continue
+            seen.add(dedupe)
+            change = jobs.enqueued(
+                job_id=job_id,
+                spec=item,
+                code=item.code or item.target,
+                lane=target.lane,
+                partition=partition_of(item.key, dedupe, self.settings.partitions),
+                dedupe_key=dedupe,
+                stamp=stamp,
+                traceparent=ctx.traceparent,
+            )
+            changes.append(change)
+            change_slots.append(index)
+        if lossy:
+            self._hand_off_after_commit(tx, lossy, results)
+        if changes:
+            flags = await self.store.append_in(tx, changes)
+            for index, change, ok in zip(change_slots, changes, flags, strict=True):
+                job_id = change.stream.removeprefix("job:")
+                results[index] = Enqueued(job_id if ok else None, ok)
+        return [r if r is not None else Enqueued(None, False) for r in results]
+
+    def _stamp(self) -> Stamp:
+        ctx = context.current()
+        return Stamp(self.clock.now(), ctx.actor, ctx.trace_id or context.new_trace_id())
+
+    def _check(self, item: NewJob) -> None:
+        if item.key is not None and not isinstance(item.key, str):
+            raise InvalidArgument(f"key must be a string, not {type(item.key).__name__}")
+        if item.dedupe_key is not None and (not isinstance(item.dedupe_key, str) or not item.dedupe_key):
+            raise InvalidArgument("dedupe_key must be a non-empty string")
+        if not isinstance(item.version, int) or isinstance(item.version, bool):
+            raise InvalidArgument("version must be an integer")
+        if item.headers is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in item.headers.items()
+        ):
+            raise InvalidArgument("headers must map strings to strings")
+        try:
+            body = json.dumps(item.payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
+        if len(body.encode()) > self.settings.max_payload_bytes:
+            raise InvalidPayload(
+                f"payload for {item.target!r} is {len(body.encode())} bytes,"
+                f" over the {self.settings.max_payload_bytes}-byte limit"
+            )
+
+    def _hand_off_after_commit(
+        self, tx: Any, items: list[tuple[int, NewJob]], results: list[Enqueued | None]
+    ) -> None:
+        if not isinstance(tx, Transaction):
+            raise InvalidArgument(
+                "lossy targets are handed over after the commit: open the transaction with"
+                " engine.transaction() so the engine sees the commit"
+            )
+        for index, item in items:
+            results[index] = Enqueued(None, False, lossy=True)
+            tx.after_commit(lambda item=item: self._lossy(item))
+
+    def _lossy(self, item: NewJob) -> None:
+        if self.lossy_handoff is None:
+            logger.warning("lossy job for %s dropped: no lossy runner", item.target)
+            return
+        self.lossy_handoff(item)

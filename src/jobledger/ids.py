@@ -1,0 +1,24 @@
+"""Job ids and tokens: 32 lowercase hex characters, time-ordered like a MongoDB ObjectId
+(48 bits of milliseconds, then 80 random bits), so "newest first" is an id sort."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+import uuid
+
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def new_id(now_ms: int | None = None) -> str:
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return f"{ms & 0xFFFFFFFFFFFF:012x}{secrets.token_hex(10)}"
+
+
+def is_job_id(text: str) -> bool:
+    return bool(_ID.match(text))
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,1 @@
+"""The storage port and its adapters (memory, SQLite, PostgreSQL, MongoDB)."""

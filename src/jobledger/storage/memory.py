@@ -1,0 +1,312 @@
+"""An in-memory store: the unit-test fixture and the reference implementation of the port.
+
+Everything lives in dictionaries of one process; a transaction stages its changes and
+applies them on commit under the same compare-and-set rules as the real adapters, so
+the contract suite holds for it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobledger.domain.events import Event
+from jobledger.domain.jobs import Change, Job, JobStatus, Lane
+from jobledger.domain.schedule_row import Schedule
+from jobledger.storage.feed import LocalFeed
+from jobledger.storage.port import (
+    JobFilter,
+    LeaseGuard,
+    PartitionLease,
+    Store,
+    Transaction,
+    Wake,
+    native_handle,
+    run_after_commit,
+)
+
+
+@dataclass
+class MemoryTx:
+    """The native handle of a memory transaction: staged changes until commit."""
+
+    store: MemoryStore
+    staged: list[Change] = field(default_factory=list)
+    business: dict[str, list[Any]] = field(default_factory=dict)
+    done: bool = False
+
+    def insert(self, table: str, row: Any) -> None:
+        """Business code's own write (tests use it as "the business row")."""
+        self.business.setdefault(table, []).append(row)
+
+
+class MemoryStore(Store):
+    name = "memory"
+
+    def __init__(self, partitions: int = 64) -> None:
+        self.partitions = partitions
+        self.log: list[Event] = []
+        self.jobs: dict[str, Job] = {}
+        self.schedules: dict[str, Schedule] = {}
+        self.versions: dict[str, int] = {}
+        self.dedupe: set[str] = set()
+        self.leases_: dict[int, PartitionLease] = {}
+        self.workers: dict[str, datetime] = {}
+        self.checkpoints: dict[str, tuple[int, Any]] = {}
+        self.business: dict[str, list[Any]] = {}
+        self._feed = LocalFeed()
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._feed.close()
+
+    # --- writes --------------------------------------------------------------------------
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        tx = Transaction(MemoryTx(self))
+        try:
+            yield tx
+        except BaseException:
+            tx.native.done = True
+            raise
+        self.commit(tx.native)
+        run_after_commit(tx)
+
+    def commit(self, native: MemoryTx) -> None:
+        if native.done:
+            raise RuntimeError("transaction already finished")
+        native.done = True
+        applied = [change for change, ok in zip(native.staged, self._apply_all(native.staged), strict=True) if ok]
+        for table, rows in native.business.items():
+            self.business.setdefault(table, []).extend(rows)
+        self._notify(applied)
+
+    async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
+        native = native_handle(tx)
+        if not isinstance(native, MemoryTx) or native.store is not self:
+            raise TypeError("the memory store takes a MemoryTx from its own transaction()")
+        staged_keys = {c.dedupe_key for c in native.staged if c.dedupe_key}
+        flags = []
+        for change in changes:
+            seen = change.dedupe_key in self.dedupe or change.dedupe_key in staged_keys
+            if not seen:
+                native.staged.append(change)
+                if change.dedupe_key:
+                    staged_keys.add(change.dedupe_key)
+            flags.append(not seen)
+        return flags
+
+    async def apply(self, changes: Sequence[Change], *, guard: LeaseGuard | None = None) -> list[bool]:
+        allowed = [True] * len(changes)
+        if guard is not None:
+            for i, change in enumerate(changes):
+                if change.partition is not None and not self._holds(guard, change.partition):
+                    allowed[i] = False
+        flags = self._apply_all(changes, allowed)
+        self._notify([c for c, ok in zip(changes, flags, strict=True) if ok])
+        return flags
+
+    def _holds(self, guard: LeaseGuard, partition: int) -> bool:
+        lease = self.leases_.get(partition)
+        return bool(
+            lease
+            and lease.owner == guard.pod
+            and lease.lease_until is not None
+            and lease.lease_until > guard.now
+        )
+
+    def _apply_all(self, changes: Sequence[Change], allowed: Sequence[bool] | None = None) -> list[bool]:
+        flags = []
+        for i, change in enumerate(changes):
+            ok = (allowed is None or allowed[i]) and self._applicable(change)
+            if ok:
+                self._apply_one(change)
+            flags.append(ok)
+        return flags
+
+    def _applicable(self, change: Change) -> bool:
+        if self.versions.get(change.stream, 0) != change.expected_version:
+            return False
+        if change.is_new and change.dedupe_key and change.dedupe_key in self.dedupe:
+            return False
+        row = change.row
+        if isinstance(row, Job) and row.status == JobStatus.RUNNING and row.running_code:
+            for other in self.jobs.values():
+                if (
+                    other.id != row.id
+                    and other.status == JobStatus.RUNNING
+                    and other.running_code == row.running_code
+                ):
+                    return False
+        return True
+
+    def _apply_one(self, change: Change) -> None:
+        for event in change.events:
+            self.log.append(_positioned(event, len(self.log) + 1))
+        self.versions[change.stream] = change.events[-1].version if change.events else change.expected_version
+        if change.is_new and change.dedupe_key:
+            self.dedupe.add(change.dedupe_key)
+        kind, _, ident = change.stream.partition(":")
+        table: dict[str, Any] = self.jobs if kind == "job" else self.schedules
+        if change.row is None:
+            table.pop(ident, None)
+        else:
+            table[ident] = change.row
+
+    def _notify(self, applied: Sequence[Change]) -> None:
+        if not applied:
+            return
+        parts = frozenset(c.partition for c in applied if c.partition is not None)
+        lanes = frozenset(c.row.lane for c in applied if isinstance(c.row, Job))
+        schedules = any(c.stream.startswith("schedule:") for c in applied)
+        self._feed.publish(Wake(parts, lanes, schedules))
+
+    # --- the queue -----------------------------------------------------------------------
+    async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
+        rows = [
+            j for j in self.jobs.values()
+            if j.status == JobStatus.PENDING and j.lane == Lane.FAST and j.partition == partition
+            and (after_key is None or j.order_key > after_key)
+        ]
+        rows.sort(key=lambda j: (j.order_key, j.version, j.id))
+        return rows[:limit]
+
+    async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
+        rows = [
+            j for j in self.jobs.values()
+            if j.lane == Lane.LONG and (
+                (j.status == JobStatus.PENDING and j.next_run_at <= now)
+                or (j.status == JobStatus.RUNNING and j.lease_until is not None and j.lease_until <= now)
+            )
+        ]
+        rows.sort(key=lambda j: (j.next_run_at, j.id))
+        return rows[:limit]
+
+    async def running_codes(self, now: datetime) -> set[str]:
+        return {
+            j.running_code for j in self.jobs.values()
+            if j.status == JobStatus.RUNNING and j.running_code
+            and j.lease_until is not None and j.lease_until > now
+        }
+
+    async def inflight(self, partition: int) -> list[Job]:
+        return [
+            j for j in self.jobs.values()
+            if j.partition == partition and j.lane == Lane.FAST and j.inflight_token is not None
+        ]
+
+    async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
+        wanted = set(partitions)
+        times = [
+            j.next_run_at for j in self.jobs.values()
+            if j.status == JobStatus.PENDING and j.lane == lane
+            and (lane == Lane.LONG or j.partition in wanted)
+        ]
+        return min(times, default=None)
+
+    # --- coordination --------------------------------------------------------------------
+    async def seed_partitions(self, count: int) -> None:
+        for p in range(count):
+            self.leases_.setdefault(p, PartitionLease(p, None, None))
+
+    async def heartbeat(self, pod: str, now: datetime) -> None:
+        self.workers[pod] = now
+
+    async def remove_worker(self, pod: str) -> None:
+        self.workers.pop(pod, None)
+
+    async def live_workers(self, since: datetime) -> list[str]:
+        return sorted(p for p, at in self.workers.items() if at > since)
+
+    async def leases(self) -> list[PartitionLease]:
+        return [self.leases_[p] for p in sorted(self.leases_)]
+
+    async def take_partition(self, partition: int, pod: str, now: datetime, until: datetime) -> bool:
+        lease = self.leases_.get(partition)
+        if lease is None:
+            return False
+        free = lease.owner is None or lease.owner == pod or (
+            lease.lease_until is not None and lease.lease_until <= now
+        )
+        if free:
+            self.leases_[partition] = PartitionLease(partition, pod, until)
+        return free
+
+    async def renew_partitions(
+        self, pod: str, partitions: Sequence[int], now: datetime, until: datetime
+    ) -> list[int]:
+        held = []
+        for p in partitions:
+            lease = self.leases_.get(p)
+            if lease and lease.owner == pod and lease.lease_until is not None and lease.lease_until > now:
+                self.leases_[p] = PartitionLease(p, pod, until)
+                held.append(p)
+        return held
+
+    async def release_partitions(self, pod: str, partitions: Sequence[int]) -> None:
+        for p in partitions:
+            lease = self.leases_.get(p)
+            if lease and lease.owner == pod:
+                self.leases_[p] = PartitionLease(p, None, None)
+
+    # --- read models ---------------------------------------------------------------------
+    async def get_job(self, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
+
+    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
+        rows = [
+            j for j in self.jobs.values()
+            if (flt.status is None or j.status == flt.status)
+            and (flt.target is None or j.target == flt.target)
+            and (flt.code is None or j.code == flt.code)
+            and (flt.key is None or j.key == flt.key)
+        ]
+        rows.sort(key=lambda j: j.id, reverse=True)
+        return rows[offset : offset + limit], len(rows)
+
+    async def all_jobs(self) -> list[Job]:
+        return sorted(self.jobs.values(), key=lambda j: j.id)
+
+    async def get_schedule(self, code: str) -> Schedule | None:
+        return self.schedules.get(code)
+
+    async def list_schedules(self) -> list[Schedule]:
+        return [self.schedules[c] for c in sorted(self.schedules)]
+
+    # --- the log -------------------------------------------------------------------------
+    async def read_stream(self, stream: str) -> list[Event]:
+        return [e for e in self.log if e.stream == stream]
+
+    async def read_log(self, after: int, *, limit: int) -> list[Event]:
+        return self.log[after : after + limit]
+
+    async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
+        return {k for k in keys if k in self.dedupe}
+
+    async def load_checkpoint(self, name: str) -> tuple[int, Any]:
+        position, state = self.checkpoints.get(name, (0, None))
+        return position, copy.deepcopy(state)
+
+    async def save_checkpoint(self, name: str, position: int, state: Any) -> None:
+        self.checkpoints[name] = (position, copy.deepcopy(state))
+
+    async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
+        self.jobs = {j.id: j for j in jobs}
+        self.schedules = {s.code: s for s in schedules}
+
+    def feed(self) -> AsyncIterator[Wake]:
+        return self._feed.subscribe()
+
+
+def _positioned(event: Event, position: int) -> Event:
+    from dataclasses import replace
+
+    return replace(event, position=position)

@@ -1,0 +1,272 @@
+"""The storage port: the narrow interface every adapter implements.
+
+It is named by what the engine needs — append with the inline projection, claim,
+lease, renew, release, read, feed — not by generic CRUD. The semantics live in the
+pure domain; an adapter only has to:
+
+* apply `Change`s atomically: append the events and write the row they leave,
+  **only if** the stream is still at `expected_version` (a compare-and-set), and for
+  a new job only if its `dedupe_key` was never seen in the log. A change that loses is
+  dropped on its own; the others in the same call still commit;
+* keep the queue's indexes so the lane reads stay flat as the backlog grows;
+* hand out log positions that readers never skip (commit order, see `read_log`);
+* wake the lanes through `feed()` when work is committed.
+
+`tests/contract/` is the behaviour suite every adapter passes.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobledger.domain.events import Event
+from jobledger.domain.jobs import Change, Job, JobStatus, Lane
+from jobledger.domain.schedule_row import Schedule
+
+logger = logging.getLogger("jobledger.storage")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGuard:
+    """Apply job changes only for partitions `pod` still holds at `now`.
+
+    Used for the fast lane's in-flight marks: a pod that lost a partition's lease
+    must not send another row of it (reference §9 "pod stalls past its lease").
+    """
+
+    pod: str
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    status: JobStatus | None = None
+    target: str | None = None
+    code: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLease:
+    partition: int
+    owner: str | None
+    lease_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """A hint from the change feed. The database stays the truth.
+
+    `partitions` None means "anything may have changed" (after a reconnect, or from
+    a store that cannot tell); `schedules` says a schedule row changed.
+    """
+
+    partitions: frozenset[int] | None = None
+    lanes: frozenset[Lane] | None = None
+    schedules: bool = False
+
+
+EVERYTHING = Wake(None, None, True)
+
+
+@dataclass(slots=True)
+class AfterCommit:
+    """Hooks a transaction runs once it has committed (never after a rollback)."""
+
+    hooks: list[Callable[[], Any]] = field(default_factory=list)
+
+
+class Store(abc.ABC):
+    """One database. Every method is safe to call from several pods at once."""
+
+    name: str = "store"
+    #: log positions are assigned in commit order by construction
+    partitions: int = 64
+
+    # --- life cycle --------------------------------------------------------------------
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and make sure the schema exists (idempotent migrations)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # --- writes ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        """Open a business transaction on this store: commit on exit, roll back on error,
+        then run the after-commit hooks (see `Transaction`)."""
+
+    @abc.abstractmethod
+    async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
+        """Apply new-job `changes` inside the caller's own transaction `tx`.
+
+        `tx` is the adapter's native handle (a `sqlite3.Connection` in a transaction,
+        a psycopg `AsyncConnection`, a pymongo `AsyncClientSession`, a memory
+        transaction). A change whose dedupe key is already in the log is filtered out
+        *before* any insert, so this never raises a duplicate-key error that would
+        abort the caller's transaction. Returns, per change, whether it was written.
+        Never commits: the caller does. The change feed fires only after the commit.
+        """
+
+    @abc.abstractmethod
+    async def apply(self, changes: Sequence[Change], *, guard: LeaseGuard | None = None) -> list[bool]:
+        """Apply `changes` in one engine-owned transaction; return which were applied.
+
+        A change is applied iff its stream is at `expected_version` (new jobs: and
+        their dedupe key is unseen), a RUNNING row with a `running_code` does not
+        collide with another RUNNING row of that code, and — with `guard` — its
+        partition's lease is held by `guard.pod` and has not expired at `guard.now`.
+        Losers are dropped one by one, never the whole call.
+        """
+
+    # --- the queue (reads for the lanes) -------------------------------------------------
+    @abc.abstractmethod
+    async def fast_pending(
+        self, partition: int, *, after_key: str | None, limit: int
+    ) -> list[Job]:
+        """PENDING fast-lane rows of `partition` in (order key, version, id) order.
+
+        Keyset paging: rows whose order key is greater than `after_key`. Served by an
+        index on (partition, order key, version) of PENDING fast rows (closes G10).
+        """
+
+    @abc.abstractmethod
+    async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
+        """Long-lane rows free to reserve: PENDING and due, or RUNNING with an expired
+        lease; oldest `next_run_at` first."""
+
+    @abc.abstractmethod
+    async def running_codes(self, now: datetime) -> set[str]:
+        """Codes of exclusive RUNNING rows whose lease is still live."""
+
+    @abc.abstractmethod
+    async def inflight(self, partition: int) -> list[Job]:
+        """Fast rows of `partition` carrying an in-flight mark."""
+
+    @abc.abstractmethod
+    async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
+        """Earliest `next_run_at` of PENDING rows (in `partitions` for the fast lane),
+        so a worker arms a timer instead of polling."""
+
+    # --- coordination: partition leases and liveness (plain rows, no events) -------------
+    @abc.abstractmethod
+    async def seed_partitions(self, count: int) -> None:
+        """Create the `count` lease rows once, even when several pods race on an empty
+        store, repairing duplicates."""
+
+    @abc.abstractmethod
+    async def heartbeat(self, pod: str, now: datetime) -> None: ...
+
+    @abc.abstractmethod
+    async def remove_worker(self, pod: str) -> None: ...
+
+    @abc.abstractmethod
+    async def live_workers(self, since: datetime) -> list[str]:
+        """Pods whose heartbeat is newer than `since`."""
+
+    @abc.abstractmethod
+    async def leases(self) -> list[PartitionLease]: ...
+
+    @abc.abstractmethod
+    async def take_partition(
+        self, partition: int, pod: str, now: datetime, until: datetime
+    ) -> bool:
+        """Atomically take `partition` if it is free, expired, or already `pod`'s."""
+
+    @abc.abstractmethod
+    async def renew_partitions(
+        self, pod: str, partitions: Sequence[int], now: datetime, until: datetime
+    ) -> list[int]:
+        """Extend the leases `pod` still holds; return those it still holds."""
+
+    @abc.abstractmethod
+    async def release_partitions(self, pod: str, partitions: Sequence[int]) -> None: ...
+
+    # --- read models ---------------------------------------------------------------------
+    @abc.abstractmethod
+    async def get_job(self, job_id: str) -> Job | None: ...
+
+    @abc.abstractmethod
+    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
+        """Newest first (by creation, then id); returns (page, total)."""
+
+    @abc.abstractmethod
+    async def all_jobs(self) -> list[Job]: ...
+
+    @abc.abstractmethod
+    async def get_schedule(self, code: str) -> Schedule | None: ...
+
+    @abc.abstractmethod
+    async def list_schedules(self) -> list[Schedule]:
+        """Sorted by code."""
+
+    # --- the log -------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def read_stream(self, stream: str) -> list[Event]: ...
+
+    @abc.abstractmethod
+    async def read_log(self, after: int, *, limit: int) -> list[Event]:
+        """Events with a position greater than `after`, in position order.
+
+        Never returns an event while an event with a smaller position may still
+        commit: a reader that saves the last position it saw never skips a
+        late-committing transaction (field notes §9).
+        """
+
+    @abc.abstractmethod
+    async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` an earlier JobEnqueued in the log already carries."""
+
+    # --- checkpointed projections --------------------------------------------------------
+    @abc.abstractmethod
+    async def load_checkpoint(self, name: str) -> tuple[int, Any]:
+        """(position, state) saved by `save_checkpoint`, or (0, None)."""
+
+    @abc.abstractmethod
+    async def save_checkpoint(self, name: str, position: int, state: Any) -> None: ...
+
+    # --- rebuilding the inline read models (replay --apply) -------------------------------
+    @abc.abstractmethod
+    async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
+        """Swap the jobs and schedules read models for the given rows, atomically."""
+
+    # --- the change feed -----------------------------------------------------------------
+    @abc.abstractmethod
+    def feed(self) -> AsyncIterator[Wake]:
+        """Wake-up hints after commits, from this process and from others."""
+
+
+def run_after_commit(tx: Transaction) -> None:
+    """Run `tx`'s hooks in order; a failing hook is logged and the rest still run."""
+    for hook in tx.hooks:
+        try:
+            hook()
+        except Exception:
+            logger.exception("after-commit hook failed")
+
+
+@dataclass(slots=True)
+class Transaction:
+    """A transaction opened through `Store.transaction()`.
+
+    `native` is the driver's own handle (what `append_in` accepts too), so business
+    code writes its rows on it; `after_commit` registers a hook that runs once the
+    commit succeeded — never after a rollback — and whose failure is logged, not raised.
+    """
+
+    native: Any
+    hooks: list[Callable[[], Any]] = field(default_factory=list)
+
+    def after_commit(self, hook: Callable[[], Any]) -> None:
+        self.hooks.append(hook)
+
+
+def native_handle(tx: Any) -> Any:
+    return tx.native if isinstance(tx, Transaction) else tx

@@ -1,0 +1,1 @@
+"""Job targets: the registry and the shipped targets (Kafka, lossy runners)."""
