@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -158,7 +159,7 @@ class Engine:
             )
         for index, item in items:
             results[index] = Enqueued(None, False, lossy=True)
-            tx.after_commit(lambda item=item: self._lossy(item))
+            tx.after_commit(functools.partial(self._lossy, item))
 
     def _lossy(self, item: NewJob) -> None:
         if self.lossy_handoff is None:

@@ -69,11 +69,11 @@ class ConfigError(JobledgerError):
 # --- handler signals (reference §4 "handler errors") -------------------------
 
 
-class TargetUnreachable(Exception):  # noqa: N818 - name fixed by the reference
+class TargetUnreachable(Exception):
     """Nothing reached the target: pause it, spend no attempt."""
 
 
-class TargetOutcomeUnknown(Exception):  # noqa: N818 - name fixed by the reference
+class TargetOutcomeUnknown(Exception):
     """The request may have landed with no answer.
 
     at-most-once → DEAD at once (target paused unless `target_up`);
@@ -85,7 +85,18 @@ class TargetOutcomeUnknown(Exception):  # noqa: N818 - name fixed by the referen
         self.target_up = target_up
 
 
-class DeadNow(Exception):  # noqa: N818 - the reference's `{dead_now: true}`
+class DeadNow(Exception):
     """A resend can never succeed: DEAD at once, pause state left as it is."""
 
     dead_now = True
+
+
+class SkipRun(Exception):
+    """Leave the job without running it, with a reason (a schedule slot that started late).
+
+    The outcome path writes JobSkipped with `reason`; no attempt is spent.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

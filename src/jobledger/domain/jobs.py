@@ -355,6 +355,7 @@ class Result(enum.StrEnum):
     UNREACHABLE = "unreachable"  # TargetUnreachable
     UNKNOWN = "unknown"  # TargetOutcomeUnknown
     DEAD_NOW = "dead_now"  # DeadNow / {dead_now: true}
+    SKIPPED = "skipped"  # SkipRun(reason): a late schedule slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +409,8 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
         return Outcome(_change(job, stamp, (EventType.JOB_FAILED, data)), "failed")
     if run.result == Result.DEAD_NOW:
         return _dead(job, stamp, "dead_now", error, job.attempts)
+    if run.result == Result.SKIPPED:
+        return Outcome(skip_slot(job, stamp, run.error or "skipped"), "skipped")
     if run.result == Result.UNKNOWN and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
         outcome = _dead(job, stamp, "outcome_unknown", error, job.attempts)
         return replace(outcome, pause_target=not run.target_up)
