@@ -22,11 +22,12 @@ class RequestContext:
     actor: Actor | None = None
 
 
-_current: ContextVar[RequestContext] = ContextVar("jobledger_context", default=RequestContext())
+_EMPTY = RequestContext()
+_current: ContextVar[RequestContext | None] = ContextVar("jobledger_context", default=None)
 
 
 def current() -> RequestContext:
-    return _current.get()
+    return _current.get() or _EMPTY
 
 
 def new_trace_id() -> str:

@@ -398,15 +398,15 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
 
     error = _error_text(run.error)
     if run.result == Result.OK:
-        data = {"attempts": job.attempts, "duration_ms": round(run.duration_ms, 3)}
+        data: dict[str, Any] = {"attempts": job.attempts, "duration_ms": round(run.duration_ms, 3)}
         return Outcome(_change(job, stamp, (EventType.JOB_SUCCEEDED, data)), "ok")
     if run.result == Result.ANSWERED:
         attempts = job.attempts + 1
         if attempts >= policy.max_attempts:
             return _dead(job, stamp, "max_attempts", error, attempts)
         next_run = stamp.at + retry_delay(attempts, policy.retry_delays_minutes)
-        data = {"attempts": attempts, "error": error, "next_run_at": iso(next_run)}
-        return Outcome(_change(job, stamp, (EventType.JOB_FAILED, data)), "failed")
+        failed: dict[str, Any] = {"attempts": attempts, "error": error, "next_run_at": iso(next_run)}
+        return Outcome(_change(job, stamp, (EventType.JOB_FAILED, failed)), "failed")
     if run.result == Result.DEAD_NOW:
         return _dead(job, stamp, "dead_now", error, job.attempts)
     if run.result == Result.SKIPPED:
@@ -416,8 +416,8 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
         return replace(outcome, pause_target=not run.target_up)
     # unreachable, or an unknown outcome on an at-least-once target
     reason = "unreachable" if run.result == Result.UNREACHABLE else "outcome_unknown"
-    data = {"reason": reason, "error": error}
-    change = _change(job, stamp, (EventType.JOB_DEFERRED, data))
+    deferred: dict[str, Any] = {"reason": reason, "error": error}
+    change = _change(job, stamp, (EventType.JOB_DEFERRED, deferred))
     return Outcome(change, "deferred", pause_target=True)
 
 
@@ -432,8 +432,11 @@ def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
         return _dead(
             job, stamp, "in flight when its partition was taken over", job.last_error, job.attempts
         )
-    data = {"reason": "in flight when its partition was taken over", "token": job.inflight_token}
-    return Outcome(_change(job, stamp, (EventType.JOB_REQUEUED, data)), "requeued")
+    requeued: dict[str, Any] = {
+        "reason": "in flight when its partition was taken over",
+        "token": job.inflight_token,
+    }
+    return Outcome(_change(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
 
 
 def reclaim_expired(
