@@ -24,6 +24,7 @@ from jobledger.domain.errors import InvalidArgument, InvalidPayload
 from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.ids import new_id
+from jobledger.observe import Observers
 from jobledger.settings import Settings
 from jobledger.storage.port import Store, Transaction
 from jobledger.targets.registry import TargetRegistry
@@ -55,8 +56,10 @@ class Engine:
         for code, attempts in self.settings.max_attempts_by_code.items():
             self.targets.set_max_attempts(code, attempts)
         self.clock: Clock = clock or SystemClock()
-        #: called with (target, item) for each lossy item after its transaction commits
+        #: called with the NewJob of each lossy item after its transaction commits
         self.lossy_handoff: Any = None
+        #: run lines, alerts, metrics and traces hang off this fan-out
+        self.observers = Observers()
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self.store.transaction()
