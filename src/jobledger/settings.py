@@ -36,3 +36,15 @@ class Settings:
     kafka_target_topics: str = ""
     kafka_bootstrap: str | None = None
     pause_alert_s: float = 300.0
+    # --- added with jobledger.config (issue 11 / issue 9) ---
+    lossy_redis_url: str | None = None  # lossy targets go through a Redis stream when set
+    lossy_queue_size: int = 10_000  # in-process lossy queue bound; Redis stream MAXLEN (approx.)
+    kafka_topic_overrides: dict[str, str] = field(default_factory=dict)  # job code → topic
+    kafka_connect_timeout_s: float = 3.0
+    kafka_request_timeout_s: float = 10.0
+    schedule_default_retry: int = 3  # total runs per slot when a schedule declares none
+    schedule_skip_max_interval_s: float = 300.0  # interval ≤ this → missed-slot policy skip
+    api_keys: tuple[str, ...] = ()  # admin API keys (secrets: never printed)
+    store_url: str | None = None  # None: JOBLEDGER_STORE or sqlite:///jobledger.db
+    log_format: str = "text"  # text | json
+    log_level: str = "INFO"
