@@ -40,6 +40,9 @@ class Schedule:
     updated_at: datetime
     stream_version: int
     last_hash: str
+    #: when the latest slot run ended (ScheduleSlotRan / run-time ScheduleSlotSkipped);
+    #: tells a late slot whether the previous slot was still running (G8)
+    last_finished_at: datetime | None = None
 
     @property
     def stream(self) -> str:

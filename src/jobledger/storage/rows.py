@@ -25,7 +25,7 @@ JOB_FIELDS = (
 SCHEDULE_FIELDS = (
     "code", "cron", "timezone", "missed_slot_policy", "runs_per_slot", "enabled",
     "cron_override", "next_run_at", "last_run_at", "last_skipped_at", "created_at",
-    "updated_at", "stream_version", "last_hash",
+    "updated_at", "stream_version", "last_hash", "last_finished_at",
 )
 
 EVENT_FIELDS = (
@@ -76,7 +76,10 @@ def schedule_from_dict(record: dict[str, Any]) -> Schedule:
     values: dict[str, Any] = {name: record.get(name) for name in SCHEDULE_FIELDS}
     values["missed_slot_policy"] = MissedSlotPolicy(values["missed_slot_policy"])
     values["enabled"] = bool(values["enabled"])
-    for name in ("next_run_at", "last_run_at", "last_skipped_at", "created_at", "updated_at"):
+    for name in (
+        "next_run_at", "last_run_at", "last_skipped_at", "created_at", "updated_at",
+        "last_finished_at",
+    ):
         values[name] = as_utc(values[name])
     return Schedule(**values)
 
