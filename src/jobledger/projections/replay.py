@@ -1,0 +1,205 @@
+"""Replay: fold the whole log again and compare it with the live read models.
+
+The jobs and schedules tables are written inline, in the transaction of the events
+that change them. Replay proves they still say what the log says: it reads every
+event in position order, folds job streams with `domain.jobs.apply` and schedule
+streams with `domain.schedules.apply_schedule` (the same functions the commands use),
+then reports every row that is missing, extra, or different field by field.
+
+`replay(store, apply=True)` swaps the live read models for the rebuilt ones
+(`Store.replace_read_models`). Run it with the workers stopped: a change committed
+between the last read of the log and the swap would be overwritten. Replay narrows
+that window by folding the log's tail once more just before swapping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobledger.domain.events import Event
+from jobledger.domain.jobs import Job
+from jobledger.domain.schedule_row import Schedule
+from jobledger.projections.jobs import JobsFold
+from jobledger.projections.log import DEFAULT_PAGE, pages
+from jobledger.projections.schedules import ScheduleApply, SchedulesFold
+from jobledger.storage.port import Store
+
+MISSING = "missing"  # the log has the row, the live read model does not
+EXTRA = "extra"  # the live read model has a row the log does not explain
+FIELD = "field"  # both have the row, a field differs
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    model: str  # "jobs" | "schedules"
+    key: str  # job id or schedule code
+    kind: str  # MISSING | EXTRA | FIELD
+    field: str | None = None
+    live: Any = None
+    rebuilt: Any = None
+
+    def describe(self) -> str:
+        if self.kind == MISSING:
+            return f"{self.model} {self.key}: missing from the live read model"
+        if self.kind == EXTRA:
+            return f"{self.model} {self.key}: in the live read model, not in the log"
+        return (
+            f"{self.model} {self.key}: {self.field} is {_short(self.live)} live,"
+            f" {_short(self.rebuilt)} from the log"
+        )
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Rebuild:
+    """The read models folded from the log so far; feed it events in log order."""
+
+    def __init__(self, schedule_fold: ScheduleApply | None = None) -> None:
+        self.jobs = JobsFold()
+        self.schedules = SchedulesFold(schedule_fold)
+        self.events = 0
+        self.position = 0
+        self.other_streams = 0  # events of streams neither fold knows
+
+    def feed(self, events: Sequence[Event]) -> None:
+        for event in events:
+            if self.jobs.handles(event):
+                self.jobs.feed(event)
+            elif self.schedules.handles(event):
+                self.schedules.feed(event)
+            else:
+                self.other_streams += 1
+            self.events += 1
+            if event.position is not None:
+                self.position = max(self.position, event.position)
+
+    async def read(self, store: Store, *, page: int = DEFAULT_PAGE) -> None:
+        """Fold every event after the position reached so far."""
+        async for events in pages(store, after=self.position, page=page):
+            self.feed(events)
+
+    @property
+    def problems(self) -> list[str]:
+        return self.jobs.problems + self.schedules.problems
+
+
+async def rebuild(
+    store: Store, *, page: int = DEFAULT_PAGE, schedule_fold: ScheduleApply | None = None
+) -> Rebuild:
+    result = Rebuild(schedule_fold)
+    await result.read(store, page=page)
+    return result
+
+
+def _row_differences(model: str, key: str, live: Any, rebuilt: Any) -> list[Difference]:
+    """Field-by-field differences of two rows of the same dataclass."""
+    if type(live) is not type(rebuilt) or not dataclasses.is_dataclass(live):
+        return [Difference(model, key, FIELD, "row", live, rebuilt)]
+    out = []
+    for f in dataclasses.fields(live):
+        a, b = getattr(live, f.name), getattr(rebuilt, f.name)
+        if a != b:
+            out.append(Difference(model, key, FIELD, f.name, a, b))
+    return out
+
+
+def compare_rows(model: str, live: dict[str, Any], rebuilt: dict[str, Any]) -> list[Difference]:
+    """Every difference between two read models keyed alike, in key order."""
+    out: list[Difference] = []
+    for key in sorted(live.keys() | rebuilt.keys()):
+        a, b = live.get(key), rebuilt.get(key)
+        if a is None:
+            out.append(Difference(model, key, MISSING, rebuilt=b))
+        elif b is None:
+            out.append(Difference(model, key, EXTRA, live=a))
+        elif a != b:
+            out.extend(_row_differences(model, key, a, b))
+    return out
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    events: int
+    position: int
+    jobs_rebuilt: int
+    schedules_rebuilt: int | None  # None: this build has no schedule fold
+    differences: list[Difference] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # events the folds rejected
+    applied: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences and not self.problems
+
+    def lines(self) -> list[str]:
+        schedules = (
+            "schedules not checked (no schedule fold in this build)"
+            if self.schedules_rebuilt is None
+            else f"{self.schedules_rebuilt} schedules"
+        )
+        out = [
+            f"replayed {self.events} events up to position {self.position}:"
+            f" {self.jobs_rebuilt} open jobs, {schedules}"
+        ]
+        out += [f"log problem: {p}" for p in self.problems]
+        out += [d.describe() for d in self.differences]
+        if self.applied:
+            out.append("read models replaced by the rebuilt ones")
+        out.append(
+            "read models match the log"
+            if self.ok
+            else f"{len(self.differences)} differences, {len(self.problems)} log problems"
+        )
+        return out
+
+
+async def compare(store: Store, rebuilt: Rebuild) -> list[Difference]:
+    live_jobs = {j.id: j for j in await store.all_jobs()}
+    differences = compare_rows("jobs", live_jobs, rebuilt.jobs.rows)
+    if rebuilt.schedules.available:
+        live_schedules = {s.code: s for s in await store.list_schedules()}
+        differences += compare_rows("schedules", live_schedules, rebuilt.schedules.rows)
+    return differences
+
+
+async def replay(
+    store: Store,
+    *,
+    apply: bool = False,
+    page: int = DEFAULT_PAGE,
+    schedule_fold: ScheduleApply | None = None,
+) -> ReplayReport:
+    """Rebuild the read models from the log and compare; with `apply`, swap them in.
+
+    The swap is refused while the log has events the folds reject: a rebuild that
+    skipped events is not a better read model than the live one.
+    """
+    rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold)
+    differences = await compare(store, rebuilt)
+    applied = False
+    if apply and differences and not rebuilt.problems:
+        await rebuilt.read(store, page=page)  # fold what committed meanwhile
+        schedules: Sequence[Schedule] = (
+            list(rebuilt.schedules.rows.values())
+            if rebuilt.schedules.available
+            else await store.list_schedules()
+        )
+        jobs: Sequence[Job] = list(rebuilt.jobs.rows.values())
+        await store.replace_read_models(jobs, schedules)
+        applied = True
+        differences = await compare(store, rebuilt)
+    return ReplayReport(
+        events=rebuilt.events,
+        position=rebuilt.position,
+        jobs_rebuilt=len(rebuilt.jobs.rows),
+        schedules_rebuilt=len(rebuilt.schedules.rows) if rebuilt.schedules.available else None,
+        differences=differences,
+        problems=rebuilt.problems,
+        applied=applied,
+    )

@@ -1,0 +1,109 @@
+"""DEAD retention (closes reference gap G3's missing DEAD TTL).
+
+A DEAD row stays in the queue until an admin retries or skips it. Once it has been
+DEAD longer than `Settings.dead_retention_days` (judged by `closed_at`, the time of
+its JobDead), `Retention` writes a JobExpired event through `domain.jobs.expire`, and
+the store removes the row in the same transaction. The job's history stays in the
+log. Each expiry is a compare-and-set on the stream's version, so a retry that races
+with retention wins or loses cleanly, and several pods may run retention at once.
+
+`run_once(now)` does one sweep; `start()` runs a sweep every `interval_s` (an hour by
+default) on the injected clock, and `stop()` ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+
+from jobledger.clock import Clock, SystemClock
+from jobledger.context import new_trace_id
+from jobledger.domain import jobs
+from jobledger.domain.events import SYSTEM
+from jobledger.domain.jobs import Job, JobStatus, Stamp
+from jobledger.settings import Settings
+from jobledger.storage.port import JobFilter, Store
+
+logger = logging.getLogger("jobledger.retention")
+
+LIST_PAGE = 500
+APPLY_BATCH = 500
+
+
+def expired_rows(rows: list[Job], now: datetime, retention: timedelta) -> list[Job]:
+    """DEAD rows whose `closed_at` is at least `retention` before `now`."""
+    cutoff = now - retention
+    return [
+        j for j in rows
+        if j.status == JobStatus.DEAD and j.closed_at is not None and j.closed_at <= cutoff
+    ]
+
+
+class Retention:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        settings: Settings | None = None,
+        interval_s: float = 3600.0,
+    ) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.settings = settings or Settings()
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self.expired_total = 0
+
+    @property
+    def retention(self) -> timedelta:
+        return timedelta(days=self.settings.dead_retention_days)
+
+    async def _dead_rows(self) -> list[Job]:
+        rows: list[Job] = []
+        offset = 0
+        while True:
+            page, total = await self.store.list_jobs(
+                JobFilter(status=JobStatus.DEAD), offset=offset, limit=LIST_PAGE
+            )
+            rows.extend(page)
+            offset += len(page)
+            if not page or offset >= total:
+                return rows
+
+    async def run_once(self, now: datetime | None = None) -> int:
+        """Expire every DEAD row past its retention; returns how many were expired."""
+        now = now or self.clock.now()
+        stamp = Stamp(now, SYSTEM, new_trace_id())
+        due = expired_rows(await self._dead_rows(), now, self.retention)
+        expired = 0
+        for start in range(0, len(due), APPLY_BATCH):
+            batch = due[start : start + APPLY_BATCH]
+            changes = [jobs.expire(job, stamp, self.retention) for job in batch]
+            flags = await self.store.apply(changes)
+            expired += sum(flags)
+        if expired:
+            logger.info("retention expired %d DEAD jobs closed before %s", expired, now - self.retention)
+        self.expired_total += expired
+        return expired
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="retention")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                logger.exception("retention sweep failed; next sweep in %ss", self.interval_s)
+            await self.clock.sleep(self.interval_s)
