@@ -492,3 +492,22 @@ def expire(job: Job, stamp: Stamp, retention: timedelta) -> Change:
 
 def is_due(job: Job, now: datetime) -> bool:
     return job.next_run_at <= at_ms(now)
+
+
+def carried_over(
+    job: Job, stamp: Stamp, *, status: JobStatus, attempts: int, error: str | None,
+    next_run_at: datetime, reason: str,
+) -> Change:
+    """State a job had in another engine, as events after its JobEnqueued (migration).
+
+    DEAD → JobDead with `reason`; PENDING with spent attempts → JobFailed keeping them;
+    a fresh PENDING row needs nothing more (the change then carries no event).
+    """
+    if status == JobStatus.DEAD:
+        return _dead(job, stamp, reason, _error_text(error), attempts).change
+    if attempts > 0:
+        failed: dict[str, Any] = {
+            "attempts": attempts, "error": _error_text(error), "next_run_at": iso(next_run_at),
+        }
+        return _change(job, stamp, (EventType.JOB_FAILED, failed))
+    return _change(job, stamp)

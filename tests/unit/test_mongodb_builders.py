@@ -1,0 +1,243 @@
+"""The MongoDB adapter's documents, checked without a server.
+
+Every filter, update, sort, pipeline and index the executor sends is built here; these
+tests pin the shapes the server needs (operators, partial filters, sort keys) and that
+round trips through the documents lose nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobledger.domain import jobs
+from jobledger.domain.events import Actor
+from jobledger.domain.jobs import JobStatus, Lane, NewJob, Stamp
+from jobledger.domain.policies import partition_of
+from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
+from jobledger.storage.mongodb import builders as b
+from jobledger.storage.port import JobFilter
+
+NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+STAMP = Stamp(NOW, Actor("alice", "http", "admin"), "trace-1")
+
+
+def _new(target: str = "kafka:t", key: str | None = "DO-1", lane: Lane = Lane.FAST) -> jobs.Change:
+    spec = NewJob(target, {"n": 1}, key=key, version=3, dedupe_key=f"d-{key}", headers={"h": "v"})
+    return jobs.enqueued(
+        job_id="0" * 31 + "1",
+        spec=spec,
+        code="code",
+        lane=lane,
+        partition=partition_of(key, f"d-{key}"),
+        dedupe_key=f"d-{key}",
+        stamp=STAMP,
+        traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    )
+
+
+def _indexes() -> dict[str, tuple[str, list[tuple[str, int]], dict[str, object]]]:
+    return {str(options["name"]): (coll, keys, options) for coll, keys, options in b.index_specs()}
+
+
+def test_indexes_cover_the_reference_and_close_g10() -> None:
+    idx = _indexes()
+    assert idx["stream_version"][:2] == ("events", [("stream", 1), ("version", 1)])
+    assert idx["stream_version"][2]["unique"] is True
+    assert idx["dedupe_key"][2] == {
+        "unique": True,
+        "name": "dedupe_key",
+        "partialFilterExpression": {"dedupe_key": {"$type": "string"}},
+    }
+    coll, keys, options = idx["fast_pending"]
+    assert coll == "jobs"
+    assert keys == [("partition", 1), ("order_key", 1), ("version", 1), ("_id", 1)]
+    assert options["partialFilterExpression"] == {"status": "PENDING", "lane": "fast"}
+    assert idx["running_lease"][2]["partialFilterExpression"] == {"status": "RUNNING"}
+    running = idx["running_code"][2]
+    assert running["unique"] is True
+    assert running["partialFilterExpression"] == {
+        "status": "RUNNING",
+        "running_code": {"$type": "string"},
+    }
+    for name in ("status_newest", "target_newest", "code_newest", "key_newest"):
+        assert idx[name][1][-1] == ("_id", -1)
+    assert "dead_ttl" not in idx
+
+
+def test_dead_ttl_index_only_when_configured() -> None:
+    specs = {o["name"]: (k, o) for _, k, o in b.index_specs(dead_ttl_seconds=86400 * 30)}
+    keys, options = specs["dead_ttl"]
+    assert keys == [("closed_at", 1)]
+    assert options["expireAfterSeconds"] == 2_592_000
+    assert options["partialFilterExpression"] == {"status": "DEAD"}
+
+
+def test_job_document_round_trip_keeps_every_field() -> None:
+    change = _new()
+    job = change.row
+    doc = b.job_doc(job)
+    assert doc["_id"] == job.id and "id" not in doc
+    assert doc["order_key"] == "DO-1"
+    assert doc["status"] == "PENDING" and doc["lane"] == "fast"
+    assert doc["actor"] == {"id": "alice", "via": "http", "role": "admin"}
+    assert b.job_from_doc(doc) == job
+
+
+def test_keyless_job_orders_by_its_own_id() -> None:
+    job = _new(key=None).row
+    assert b.job_doc(job)["order_key"] == "\x00" + job.id
+
+
+def test_event_document_carries_dedupe_key_only_on_enqueue() -> None:
+    change = _new()
+    enq = b.event_doc(change.events[0], 7)
+    assert enq["_id"] == 7 and enq["dedupe_key"] == "d-DO-1" and "position" not in enq
+    back = b.event_from_doc(enq)
+    assert back == change.events[0] and back.position == 7
+    dispatched = jobs.dispatch(change.row, token="tok", pod="pod-a", stamp=STAMP)
+    doc = b.event_doc(dispatched.events[0], 8)
+    assert "dedupe_key" not in doc
+
+
+def test_cas_query_names_row_and_expected_version() -> None:
+    change = _new()
+    claimed = jobs.dispatch(change.row, token="t", pod="p", stamp=STAMP)
+    assert b.collection_of(claimed) == "jobs"
+    assert b.cas_query(claimed) == {"_id": change.row.id, "stream_version": 1}
+    assert b.row_document(claimed)["inflight_token"] == "t"
+
+
+def test_schedule_change_goes_to_schedules() -> None:
+    row = Schedule(
+        code="nightly", cron="0 2 * * *", timezone="Europe/Berlin",
+        missed_slot_policy=MissedSlotPolicy.RUN_ONCE, runs_per_slot=3, enabled=True,
+        cron_override=None, next_run_at=NOW, last_run_at=None, last_skipped_at=None,
+        created_at=NOW, updated_at=NOW, stream_version=1, last_hash="h",
+    )
+    change = jobs.Change("schedule:nightly", 1, (), row)
+    assert b.collection_of(change) == "schedules"
+    assert b.cas_query(change) == {"_id": "nightly", "stream_version": 1}
+    doc = b.schedule_doc(row)
+    assert doc["_id"] == "nightly" and doc["missed_slot_policy"] == "run_once"
+    assert b.schedule_from_doc(doc) == row
+
+
+def test_running_code_conflict_only_for_exclusive_running_rows() -> None:
+    job = _new(target="schedule:nightly", lane=Lane.LONG).row
+    exclusive = jobs.claim(job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=STAMP)
+    assert b.running_code_conflict_query(exclusive) == {
+        "status": "RUNNING",
+        "running_code": "code",
+        "_id": {"$ne": job.id},
+    }
+    plain = jobs.claim(job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=False, stamp=STAMP)
+    assert b.running_code_conflict_query(plain) is None
+    assert b.running_code_conflict_query(_new()) is None
+
+
+def test_fast_pending_query_is_keyset_paged_in_key_version_order() -> None:
+    query, sort = b.fast_pending_query(5, None)
+    assert query == {"status": "PENDING", "lane": "fast", "partition": 5}
+    assert sort == [("order_key", 1), ("version", 1), ("_id", 1)]
+    query, _ = b.fast_pending_query(5, "DO-9")
+    assert query["order_key"] == {"$gt": "DO-9"}
+
+
+def test_long_candidates_due_pending_or_expired_running() -> None:
+    query, sort = b.long_candidates_query(NOW)
+    assert query == {
+        "lane": "long",
+        "$or": [
+            {"status": "PENDING", "next_run_at": {"$lte": NOW}},
+            {"status": "RUNNING", "lease_until": {"$lte": NOW}},
+        ],
+    }
+    assert sort == [("next_run_at", 1), ("_id", 1)]
+    assert b.running_codes_query(NOW) == {
+        "status": "RUNNING",
+        "running_code": {"$type": "string"},
+        "lease_until": {"$gt": NOW},
+    }
+
+
+def test_next_due_filters_partitions_only_on_the_fast_lane() -> None:
+    fast, sort = b.next_due_query([3, 1, 3], Lane.FAST)
+    assert fast == {"status": "PENDING", "lane": "fast", "partition": {"$in": [1, 3]}}
+    assert sort == [("next_run_at", 1)]
+    long, _ = b.next_due_query([3], Lane.LONG)
+    assert long == {"status": "PENDING", "lane": "long"}
+    assert b.inflight_query(4) == {
+        "partition": 4,
+        "lane": "fast",
+        "inflight_token": {"$type": "string"},
+    }
+
+
+def test_list_jobs_query_uses_only_given_filters() -> None:
+    assert b.list_jobs_query(JobFilter()) == {}
+    assert b.list_jobs_query(JobFilter(status=JobStatus.DEAD, target="kafka:t", key="K")) == {
+        "status": "DEAD",
+        "target": "kafka:t",
+        "key": "K",
+    }
+
+
+def test_partition_lease_documents() -> None:
+    until = NOW + timedelta(seconds=30)
+    query, update = b.take_partition(7, "pod-a", NOW, until)
+    assert query == {
+        "_id": 7,
+        "$or": [{"owner": None}, {"owner": "pod-a"}, {"lease_until": {"$lte": NOW}}],
+    }
+    assert update == {"$set": {"owner": "pod-a", "lease_until": until}}
+    query, update = b.renew_partitions("pod-a", [2, 1, 2], NOW, until)
+    assert query == {"_id": {"$in": [1, 2]}, "owner": "pod-a", "lease_until": {"$gt": NOW}}
+    assert update == {"$set": {"lease_until": until}}
+    query, update = b.release_partitions("pod-a", [1])
+    assert query == {"_id": {"$in": [1]}, "owner": "pod-a"}
+    assert update == {"$set": {"owner": None, "lease_until": None}}
+    assert b.seed_partition(3) == ({"_id": 3}, {"$setOnInsert": {"owner": None, "lease_until": None}})
+    assert b.heartbeat("pod-a", NOW) == ({"_id": "pod-a"}, {"$set": {"heartbeat_at": NOW}})
+    assert b.live_workers_query(NOW) == {"heartbeat_at": {"$gt": NOW}}
+    assert b.lease_held_query("p", NOW, [9]) == {"_id": {"$in": [9]}, "owner": "p", "lease_until": {"$gt": NOW}}
+
+
+def test_log_documents() -> None:
+    assert b.reserve_positions(5) == ({"_id": "events"}, {"$inc": {"value": 5}})
+    assert b.read_log_query(41) == {"_id": {"$gt": 41}}
+    assert b.stream_query("job:x") == {"stream": "job:x"}
+    assert b.dedupe_query(["a", "b"]) == {"dedupe_key": {"$in": ["a", "b"]}}
+    assert b.stream_exists_query(["job:x"]) == {"stream": {"$in": ["job:x"]}, "version": 1}
+    assert b.checkpoint_update(9, {"s": 1}) == {"$set": {"position": 9, "state": {"s": 1}}}
+    assert b.checkpoint_update(0, None, {"_data": "tok"})["$set"]["resume_token"] == {"_data": "tok"}
+
+
+def test_change_stream_pipeline_watches_whole_row_writes_of_the_read_models() -> None:
+    pipeline = b.change_stream_pipeline()
+    match = pipeline[0]["$match"]
+    assert match["ns.coll"] == {"$in": ["jobs", "schedules"]}
+    assert match["operationType"] == {"$in": ["insert", "replace"]}
+    project = pipeline[1]["$project"]
+    assert project["fullDocument.partition"] == 1 and project["fullDocument.lane"] == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"ns": {"coll": "jobs"}, "operationType": "insert", "fullDocument": {"partition": 12, "lane": "fast"}},
+            (frozenset({12}), frozenset({Lane.FAST}), False),
+        ),
+        (
+            {"ns": {"coll": "jobs"}, "operationType": "replace", "fullDocument": {"partition": 0, "lane": "long"}},
+            (frozenset({0}), frozenset({Lane.LONG}), False),
+        ),
+        ({"ns": {"coll": "schedules"}, "operationType": "replace"}, (frozenset(), frozenset(), True)),
+        ({"ns": {"coll": "jobs"}, "operationType": "update"}, (None, None, False)),
+    ],
+)
+def test_wake_from_change(change: dict[str, object], expected: tuple[object, object, bool]) -> None:
+    wake = b.wake_from_change(change)
+    assert (wake.partitions, wake.lanes, wake.schedules) == expected
