@@ -39,6 +39,7 @@ class Observer:
     def partitions_owned(self, pod: str, count: int) -> None: ...
     def schedule_missed(self, code: str, slots: int, reason: str) -> None: ...
     def projection_lag(self, name: str, events_behind: int) -> None: ...
+    def lossy_dropped(self, target: str, reason: str) -> None: ...
 
 
 class Observers(Observer):
@@ -80,3 +81,6 @@ class Observers(Observer):
 
     def projection_lag(self, name: str, events_behind: int) -> None:
         self._each("projection_lag", name, events_behind)
+
+    def lossy_dropped(self, target: str, reason: str) -> None:
+        self._each("lossy_dropped", target, reason)
