@@ -8,8 +8,9 @@ streams) publish what they receive into one of these.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
+from jobledger.domain.jobs import Change, Job
 from jobledger.storage.port import EVERYTHING, Wake
 
 
@@ -19,6 +20,16 @@ def merge(a: Wake | None, b: Wake) -> Wake:
     parts = None if a.partitions is None or b.partitions is None else a.partitions | b.partitions
     lanes = None if a.lanes is None or b.lanes is None else a.lanes | b.lanes
     return Wake(parts, lanes, a.schedules or b.schedules)
+
+
+def wake_of(applied: Sequence[Change]) -> Wake | None:
+    """The hint a commit of `applied` changes publishes (None when nothing changed)."""
+    if not applied:
+        return None
+    parts = frozenset(c.partition for c in applied if c.partition is not None)
+    lanes = frozenset(c.row.lane for c in applied if isinstance(c.row, Job))
+    schedules = any(c.stream.startswith("schedule:") for c in applied)
+    return Wake(parts, lanes, schedules)
 
 
 class _Subscriber:

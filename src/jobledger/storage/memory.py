@@ -18,7 +18,7 @@ from typing import Any
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import Schedule
-from jobledger.storage.feed import LocalFeed
+from jobledger.storage.feed import LocalFeed, wake_of
 from jobledger.storage.port import (
     JobFilter,
     LeaseGuard,
@@ -162,12 +162,9 @@ class MemoryStore(Store):
             table[ident] = change.row
 
     def _notify(self, applied: Sequence[Change]) -> None:
-        if not applied:
-            return
-        parts = frozenset(c.partition for c in applied if c.partition is not None)
-        lanes = frozenset(c.row.lane for c in applied if isinstance(c.row, Job))
-        schedules = any(c.stream.startswith("schedule:") for c in applied)
-        self._feed.publish(Wake(parts, lanes, schedules))
+        wake = wake_of(applied)
+        if wake is not None:
+            self._feed.publish(wake)
 
     # --- the queue -----------------------------------------------------------------------
     async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
