@@ -19,9 +19,10 @@ import pytest
 from jobledger.storage.port import Store, native_handle
 
 SKIP_REASON = (
-    "MongoDB tests skipped: JOBLEDGER_TEST_MONGO_URI is not set (no MongoDB server can be "
-    "installed on this machine and no container engine runs here; point it at a replica "
-    "set, e.g. mongodb://localhost:27017/?replicaSet=rs0&directConnection=true)"
+    "MongoDB tests skipped: JOBLEDGER_TEST_MONGO_URI is not set and no Docker engine is "
+    "reachable for a testcontainers replica set (no MongoDB server can be installed on "
+    "this machine; point the variable at a replica set, e.g. "
+    "mongodb://localhost:27017/?replicaSet=rs0&directConnection=true)"
 )
 
 
@@ -29,7 +30,38 @@ _current: dict[str, str] = {}
 
 
 def mongo_uri() -> str | None:
-    return os.environ.get("JOBLEDGER_TEST_MONGO_URI") or None
+    """JOBLEDGER_TEST_MONGO_URI, else a single-node replica set in a container when a
+    Docker engine answers, else None."""
+    explicit = os.environ.get("JOBLEDGER_TEST_MONGO_URI")
+    if explicit:
+        return explicit
+    if "uri" not in _container:
+        _container["uri"] = _start_container()
+    return _container["uri"]
+
+
+_container: dict[str, str | None] = {}
+
+
+def _start_container() -> str | None:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env().ping()
+    except Exception:
+        return None
+    import atexit
+
+    from testcontainers.core.container import DockerContainer  # type: ignore[import-untyped]
+    from testcontainers.core.waiting_utils import wait_for_logs  # type: ignore[import-untyped]
+
+    container = DockerContainer("mongo:7").with_command("--replSet rs0 --bind_ip_all")
+    container.with_exposed_ports(27017).start()
+    atexit.register(container.stop)
+    wait_for_logs(container, "Waiting for connections")
+    container.exec(["mongosh", "--quiet", "--eval", "rs.initiate()"])
+    host, port = container.get_container_host_ip(), container.get_exposed_port(27017)
+    return f"mongodb://{host}:{port}/?replicaSet=rs0&directConnection=true"
 
 
 @asynccontextmanager
