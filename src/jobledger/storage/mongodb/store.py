@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
-from jobledger.storage.feed import LocalFeed
+from jobledger.storage.feed import LocalFeed, wake_of
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.port import (
     EVERYTHING,
@@ -184,11 +184,9 @@ class MongoStore(Store):
         return bool(result.matched_count)
 
     def _publish(self, applied: Sequence[Change]) -> None:
-        if not applied:
-            return
-        parts = frozenset(c.partition for c in applied if c.partition is not None)
-        lanes = frozenset(c.row.lane for c in applied if isinstance(c.row, Job))
-        self._feed.publish(Wake(parts, lanes, any(c.stream.startswith("schedule:") for c in applied)))
+        wake = wake_of(applied)
+        if wake is not None:
+            self._feed.publish(wake)
 
     # --- the queue -------------------------------------------------------------------------
     async def _jobs(self, query: dict[str, Any], sort: list[tuple[str, int]] | None = None, limit: int = 0) -> list[Job]:
