@@ -1,0 +1,552 @@
+"""Schedules: events, the row they fold into, tick and slot-run decisions — pure.
+
+Every change of a schedule is a `Change` on stream `schedule:<code>`; the store applies
+it only if the stream is still at the version the change was computed from, which is
+the reference's "next_run_at advance guarded on its old value" (§9). `apply_schedule`
+folds one event into the row; the commands below and `jobledger replay` both use it.
+
+Schedule row states (reference §6)::
+
+    (new) --ScheduleDeclared--> enabled, next_run_at = next slot   (first boot)
+    any --ScheduleSynced--> code-owned fields rewritten            (boot, when they changed)
+    enabled, next_run_at <= now: due
+    due --ScheduleSlotEnqueued--> next_run_at = next slot after now
+    due --ScheduleSlotsMissed + ScheduleSlotEnqueued--> newest slot enqueued, rest dropped
+    due --ScheduleSlotsMissed + ScheduleSlotSkipped--> policy skip and late: nothing enqueued
+    disabled --ScheduleEnabled--> enabled, next_run_at = next slot after now
+    enabled --ScheduleDisabled--> disabled (the tick ignores it)
+    any --ScheduleCronOverrideSet/Cleared--> next_run_at follows the effective cron
+    any --ScheduleSlotRan / ScheduleSlotSkipped--> last_run_at / last_skipped_at (max)
+
+Ownership: code owns cron, timezone, missed_slot_policy and runs_per_slot (rewritten by
+boot sync); admins own enabled and cron_override; the engine owns the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobledger.domain import cron as cronlib
+from jobledger.domain import jobs
+from jobledger.domain.errors import InvalidArgument
+from jobledger.domain.events import GENESIS_HASH, Event, EventType, new_event
+from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
+from jobledger.domain.policies import partition_of
+from jobledger.domain.schedule_row import (
+    MissedSlotPolicy,
+    Schedule,
+    schedule_stream,
+    schedule_target,
+)
+from jobledger.domain.timeutil import at_ms, iso, parse_iso
+
+#: counting due slots stops here after a long downtime; the newest is still found
+MAX_COUNTED_SLOTS = 10_000
+
+CODE_OWNED = ("cron", "timezone", "missed_slot_policy", "runs_per_slot")
+
+
+# --- what code declares ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """A schedule as code declares it (the code-owned part of the row)."""
+
+    code: str
+    cron: str
+    timezone: str
+    missed_slot_policy: MissedSlotPolicy
+    runs_per_slot: int
+
+
+def default_policy(cron: str, tz: str, skip_max_interval: timedelta) -> MissedSlotPolicy:
+    """skip when the cron's interval is `skip_max_interval` (5 min) or less, else run_once."""
+    if cronlib.interval(cron, tz) <= skip_max_interval:
+        return MissedSlotPolicy.SKIP
+    return MissedSlotPolicy.RUN_ONCE
+
+
+def make_spec(
+    code: str,
+    cron: str,
+    *,
+    timezone: str,
+    missed_slot_policy: MissedSlotPolicy | str | None,
+    runs_per_slot: int,
+    now: datetime,
+    skip_max_interval: timedelta,
+) -> ScheduleSpec:
+    """Validate a declaration: InvalidCron for a bad cron, InvalidArgument for the rest."""
+    if not isinstance(code, str) or not code or code != code.strip() or ":" in code:
+        raise InvalidArgument(f"schedule code {code!r} must be a non-empty name without ':'")
+    cronlib.zone(timezone)
+    text = cronlib.validate(cron, timezone, now)
+    if missed_slot_policy is None:
+        policy = default_policy(text, timezone, skip_max_interval)
+    else:
+        try:
+            policy = MissedSlotPolicy(missed_slot_policy)
+        except ValueError as exc:
+            raise InvalidArgument(
+                f"missed_slot_policy {missed_slot_policy!r}: expected run_once or skip"
+            ) from exc
+    if not isinstance(runs_per_slot, int) or isinstance(runs_per_slot, bool) or runs_per_slot < 1:
+        raise InvalidArgument(f"runs_per_slot for {code!r} must be an integer >= 1")
+    return ScheduleSpec(code, text, timezone, policy, runs_per_slot)
+
+
+# --- folding events into the row -------------------------------------------------------
+
+
+def _time(value: Any) -> datetime | None:
+    return parse_iso(value) if isinstance(value, str) else None
+
+
+def _later(current: datetime | None, candidate: datetime | None) -> datetime | None:
+    if candidate is None:
+        return current
+    if current is None or candidate > current:
+        return candidate
+    return current
+
+
+def apply_schedule(row: Schedule | None, event: Event) -> Schedule:
+    """The row after `event` (a schedule is never removed)."""
+    data = event.data
+    if event.type == EventType.SCHEDULE_DECLARED:
+        if row is not None:
+            raise ValueError(f"{event.stream}: declared twice")
+        return Schedule(
+            code=data["code"],
+            cron=data["cron"],
+            timezone=data["timezone"],
+            missed_slot_policy=MissedSlotPolicy(data["missed_slot_policy"]),
+            runs_per_slot=data["runs_per_slot"],
+            enabled=data.get("enabled", True),
+            cron_override=data.get("cron_override"),
+            next_run_at=_time(data.get("next_run_at")),
+            last_run_at=None,
+            last_skipped_at=None,
+            created_at=event.at,
+            updated_at=event.at,
+            stream_version=event.version,
+            last_hash=event.hash,
+        )
+    if row is None:
+        raise ValueError(f"{event.stream} v{event.version}: {event.type} before ScheduleDeclared")
+    row = replace(row, stream_version=event.version, last_hash=event.hash, updated_at=event.at)
+    kind = event.type
+    if kind == EventType.SCHEDULE_SYNCED:
+        row = replace(
+            row,
+            cron=data["cron"],
+            timezone=data["timezone"],
+            missed_slot_policy=MissedSlotPolicy(data["missed_slot_policy"]),
+            runs_per_slot=data["runs_per_slot"],
+        )
+        return _moved(row, data)
+    if kind == EventType.SCHEDULE_ENABLED:
+        return _moved(replace(row, enabled=True), data)
+    if kind == EventType.SCHEDULE_DISABLED:
+        return replace(row, enabled=False)
+    if kind == EventType.SCHEDULE_OVERRIDE_SET:
+        return _moved(replace(row, cron_override=data["cron_override"]), data)
+    if kind == EventType.SCHEDULE_OVERRIDE_CLEARED:
+        return _moved(replace(row, cron_override=None), data)
+    if kind == EventType.SCHEDULE_SLOT_ENQUEUED:
+        return _moved(row, data)
+    if kind == EventType.SCHEDULE_SLOTS_MISSED:
+        return row
+    if kind == EventType.SCHEDULE_SLOT_SKIPPED:
+        row = replace(row, last_skipped_at=_later(row.last_skipped_at, _time(data["slot"])))
+        if data.get("stage") == "run":
+            row = replace(row, last_finished_at=event.at)
+        return _moved(row, data)
+    if kind == EventType.SCHEDULE_SLOT_RAN:
+        return replace(
+            row,
+            last_run_at=_later(row.last_run_at, _time(data["slot"])),
+            last_finished_at=event.at,
+        )
+    raise ValueError(f"{event.stream}: unknown schedule event {kind}")
+
+
+def _moved(row: Schedule, data: Mapping[str, Any]) -> Schedule:
+    """next_run_at as the event names it, when it names one (null: never fires again)."""
+    if "next_run_at" not in data:
+        return row
+    return replace(row, next_run_at=_time(data["next_run_at"]))
+
+
+def fold_schedule(events: list[Event]) -> Schedule | None:
+    row: Schedule | None = None
+    for event in events:
+        row = apply_schedule(row, event)
+    return row
+
+
+def _change(
+    row: Schedule | None, stream: str, stamp: Stamp, *items: tuple[str, Mapping[str, Any]]
+) -> Change:
+    version = row.stream_version if row else 0
+    prev = row.last_hash if row else GENESIS_HASH
+    expected = version
+    current = row
+    events: list[Event] = []
+    for kind, data in items:
+        version += 1
+        event = new_event(
+            stream, version, kind, data,
+            at=stamp.at, actor=stamp.actor, trace_id=stamp.trace_id, prev_hash=prev,
+        )
+        prev = event.hash
+        events.append(event)
+        current = apply_schedule(current, event)
+    return Change(stream, expected, tuple(events), current)
+
+
+def _next_iso(cron: str, tz: str, after: datetime) -> str | None:
+    slot = cronlib.next_slot(cron, tz, after)
+    return iso(slot) if slot is not None else None
+
+
+# --- boot: declare and sync ------------------------------------------------------------
+
+
+def declared(spec: ScheduleSpec, stamp: Stamp) -> Change:
+    """First boot that declares the code: the row, enabled, with its next slot."""
+    data = {
+        "code": spec.code,
+        "cron": spec.cron,
+        "timezone": spec.timezone,
+        "missed_slot_policy": spec.missed_slot_policy.value,
+        "runs_per_slot": spec.runs_per_slot,
+        "enabled": True,
+        "next_run_at": _next_iso(spec.cron, spec.timezone, stamp.at),
+    }
+    return _change(None, schedule_stream(spec.code), stamp, (EventType.SCHEDULE_DECLARED, data))
+
+
+def synced(row: Schedule, spec: ScheduleSpec, stamp: Stamp) -> Change | None:
+    """Boot sync: rewrite the code-owned fields when they differ from the declaration.
+
+    When the effective cron (no override in place) or the time zone changes, next_run_at
+    moves to the new cron's next slot after now; slots of the old cron still due are
+    dropped rather than run at times the new cron never names.
+    """
+    changed = [
+        name for name in CODE_OWNED
+        if getattr(row, name) != getattr(spec, name)
+    ]
+    if not changed:
+        return None
+    data: dict[str, Any] = {
+        "cron": spec.cron,
+        "timezone": spec.timezone,
+        "missed_slot_policy": spec.missed_slot_policy.value,
+        "runs_per_slot": spec.runs_per_slot,
+        "changed": changed,
+        "previous": {
+            name: (
+                getattr(row, name).value
+                if isinstance(getattr(row, name), MissedSlotPolicy)
+                else getattr(row, name)
+            )
+            for name in changed
+        },
+    }
+    new_effective = row.cron_override or spec.cron
+    if new_effective != row.effective_cron or spec.timezone != row.timezone:
+        data["next_run_at"] = _next_iso(new_effective, spec.timezone, stamp.at)
+    return _change(row, row.stream, stamp, (EventType.SCHEDULE_SYNCED, data))
+
+
+# --- admin commands --------------------------------------------------------------------
+
+
+def enabled(row: Schedule, stamp: Stamp) -> Change | None:
+    """disabled → enabled; next_run_at = the next slot after now, so slots missed while
+    disabled are dropped. Already enabled: nothing to write (None)."""
+    if row.enabled:
+        return None
+    data = {"next_run_at": _next_iso(row.effective_cron, row.timezone, stamp.at)}
+    return _change(row, row.stream, stamp, (EventType.SCHEDULE_ENABLED, data))
+
+
+def disabled(row: Schedule, stamp: Stamp) -> Change | None:
+    if not row.enabled:
+        return None
+    return _change(row, row.stream, stamp, (EventType.SCHEDULE_DISABLED, {}))
+
+
+def override_set(row: Schedule, cron: str, stamp: Stamp) -> Change:
+    """cron_override = `cron` (InvalidCron when bad); next_run_at follows it."""
+    text = cronlib.validate(cron, row.timezone, stamp.at)
+    data = {
+        "cron_override": text,
+        "previous": row.cron_override,
+        "next_run_at": _next_iso(text, row.timezone, stamp.at),
+    }
+    return _change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_SET, data))
+
+
+def override_cleared(row: Schedule, stamp: Stamp) -> Change | None:
+    """Override unset, next_run_at back on the code cron. No override: None."""
+    if row.cron_override is None:
+        return None
+    data = {
+        "previous": row.cron_override,
+        "next_run_at": _next_iso(row.cron, row.timezone, stamp.at),
+    }
+    return _change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_CLEARED, data))
+
+
+# --- the tick --------------------------------------------------------------------------
+
+
+def slot_dedupe_key(code: str, slot: datetime) -> str:
+    """`<code>:<slot ISO>`: one job per slot, whichever pod ticks it."""
+    return f"{code}:{iso(slot)}"
+
+
+def slot_job(
+    code: str, slot: datetime, *, job_id: str, partitions: int, stamp: Stamp
+) -> Change:
+    """The slot's long-lane job: target `schedule:<code>`, payload {"slot": iso}."""
+    dedupe = slot_dedupe_key(code, slot)
+    spec = NewJob(
+        target=schedule_target(code), payload={"slot": iso(slot)}, code=code, dedupe_key=dedupe
+    )
+    return jobs.enqueued(
+        job_id=job_id,
+        spec=spec,
+        code=code,
+        lane=Lane.LONG,
+        partition=partition_of(None, dedupe, partitions),
+        dedupe_key=dedupe,
+        stamp=stamp,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DueSlots:
+    count: int  # due slots found (MAX_COUNTED_SLOTS when not exact)
+    exact: bool
+    first: datetime
+    newest: datetime
+
+
+def due_slots(row: Schedule, now: datetime) -> DueSlots | None:
+    """The slots from next_run_at up to now, or None when the schedule is not due."""
+    now = at_ms(now)
+    first = row.next_run_at
+    if not row.enabled or first is None or first > now:
+        return None
+    cron, tz = row.effective_cron, row.timezone
+    later = cronlib.slots_between(cron, tz, first, now, limit=MAX_COUNTED_SLOTS - 1)
+    if len(later) < MAX_COUNTED_SLOTS - 1:
+        return DueSlots(1 + len(later), True, first, later[-1] if later else first)
+    newest = cronlib.latest_slot(cron, tz, now, floor=first) or later[-1]
+    return DueSlots(MAX_COUNTED_SLOTS, False, first, newest)
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """What one tick does to one due schedule, to apply in ONE `store.apply` call."""
+
+    schedule: Change
+    job: Change | None  # the newest slot's job, or None (policy skip + late)
+    slot: datetime  # the newest due slot
+    missed: DueSlots | None  # set when several slots were due or the slot was late
+    reason: str | None  # the missed reason code
+    detail: str | None
+
+    @property
+    def changes(self) -> list[Change]:
+        return [self.schedule] if self.job is None else [self.schedule, self.job]
+
+
+def plan_tick(
+    row: Schedule,
+    now: datetime,
+    *,
+    grace: timedelta,
+    stamp: Stamp,
+    job_id: str,
+    partitions: int,
+) -> TickPlan | None:
+    """Reference §5/§6 "Schedule tick": None when the schedule is not due.
+
+    Several due slots, or one slot later than `grace` → ScheduleSlotsMissed with the
+    count and reason. Policy skip with the newest slot late → enqueue nothing and record
+    ScheduleSlotSkipped (closes G8: last_skipped_at is kept). Otherwise only the newest
+    slot is enqueued. Either way next_run_at moves past now.
+    """
+    now = at_ms(now)
+    due = due_slots(row, now)
+    if due is None:
+        return None
+    late_by = now - due.newest
+    late = late_by > grace
+    next_run = _next_iso(row.effective_cron, row.timezone, now)
+    items: list[tuple[str, Mapping[str, Any]]] = []
+    reason = detail = None
+    if due.count > 1 or late:
+        if due.count > 1:
+            reason = "missed"
+            more = "" if due.exact else " or more"
+            detail = (
+                f"{due.count}{more} slots due from {iso(due.first)} to {iso(due.newest)}"
+                " and no pod ticked them in time (pods down or workers off)"
+            )
+        else:
+            reason = "late"
+            detail = (
+                f"slot {iso(due.newest)} ticked {late_by.total_seconds():.0f} s after it,"
+                f" past the {grace.total_seconds():.0f} s grace (pods down or workers off)"
+            )
+        skip = late and row.missed_slot_policy == MissedSlotPolicy.SKIP
+        items.append((
+            EventType.SCHEDULE_SLOTS_MISSED,
+            {
+                "count": due.count,
+                "count_exact": due.exact,
+                "first_slot": iso(due.first),
+                "newest_slot": iso(due.newest),
+                "late_s": round(late_by.total_seconds(), 3),
+                "reason": reason,
+                "detail": detail,
+                "policy": row.missed_slot_policy.value,
+                "action": "skip" if skip else "enqueue_newest",
+            },
+        ))
+        if skip:
+            items.append((
+                EventType.SCHEDULE_SLOT_SKIPPED,
+                {
+                    "slot": iso(due.newest),
+                    "stage": "tick",
+                    "reason": reason,
+                    "detail": f"late: {detail}",
+                    "next_run_at": next_run,
+                },
+            ))
+            change = _change(row, row.stream, stamp, *items)
+            return TickPlan(change, None, due.newest, due, reason, detail)
+    job = slot_job(row.code, due.newest, job_id=job_id, partitions=partitions, stamp=stamp)
+    items.append((
+        EventType.SCHEDULE_SLOT_ENQUEUED,
+        {
+            "slot": iso(due.newest),
+            "job_id": job_id,
+            "dedupe_key": slot_dedupe_key(row.code, due.newest),
+            "next_run_at": next_run,
+        },
+    ))
+    change = _change(row, row.stream, stamp, *items)
+    missed = due if reason is not None else None
+    return TickPlan(change, job, due.newest, missed, reason, detail)
+
+
+# --- the slot run ----------------------------------------------------------------------
+
+
+def slot_of(job: Job) -> datetime:
+    payload = job.payload
+    if not isinstance(payload, Mapping) or not isinstance(payload.get("slot"), str):
+        raise InvalidArgument(f"job {job.id} is not a schedule slot (payload has no slot)")
+    return parse_iso(payload["slot"])
+
+
+@dataclass(frozen=True, slots=True)
+class SlotVerdict:
+    run: bool
+    reason: str | None = None  # reason code when skipped: late_enqueued | previous_slot_running | not_started
+    detail: str | None = None
+
+    @property
+    def skip_text(self) -> str:
+        return f"late: {self.detail}" if self.detail else "late"
+
+
+def late_reason(row: Schedule | None, job: Job, slot: datetime, now: datetime,
+                grace: timedelta) -> tuple[str, str]:
+    """Why a slot's first run starts late, as far as the data tells (closes G8)."""
+    deadline = slot + grace
+    late_s = (now - slot).total_seconds()
+    if job.created_at > deadline:
+        after = (job.created_at - slot).total_seconds()
+        return "late_enqueued", (
+            f"slot {iso(slot)} was enqueued {after:.0f} s after it: no pod ticked in time"
+            " (pods down or workers off)"
+        )
+    finished = row.last_finished_at if row else None
+    if finished is not None and finished > deadline:
+        ran_for = (finished - slot).total_seconds()
+        return "previous_slot_running", (
+            f"slot {iso(slot)} starts {late_s:.0f} s late: the previous slot ran until"
+            f" {iso(finished)} ({ran_for:.0f} s after this slot)"
+        )
+    return "not_started", (
+        f"slot {iso(slot)} starts {late_s:.0f} s late: no long-lane worker took it in time"
+        " (pods down, workers off or the long lane busy)"
+    )
+
+
+def needs_newer_slot_check(
+    policy: MissedSlotPolicy, job: Job, now: datetime, *, grace: timedelta
+) -> bool:
+    """Whether `decide_slot_run` needs to know if a newer PENDING slot exists (only a
+    late first run under run_once does), so the adapter reads the queue only then."""
+    return (
+        policy == MissedSlotPolicy.RUN_ONCE
+        and job.attempts == 0
+        and at_ms(now) - slot_of(job) > grace
+    )
+
+
+def decide_slot_run(
+    row: Schedule | None,
+    policy: MissedSlotPolicy,
+    job: Job,
+    now: datetime,
+    *,
+    grace: timedelta,
+    newer_pending: bool,
+) -> SlotVerdict:
+    """Reference §5: a slot whose FIRST run starts more than `grace` after the slot.
+
+    skip → skipped; run_once → skipped only when a newer PENDING slot of the code
+    exists, otherwise run. Retries inside a slot (attempts > 0) always run.
+    """
+    slot = slot_of(job)
+    if job.attempts > 0 or at_ms(now) - slot <= grace:
+        return SlotVerdict(True)
+    reason, detail = late_reason(row, job, slot, at_ms(now), grace)
+    if policy == MissedSlotPolicy.SKIP:
+        return SlotVerdict(False, reason, detail)
+    if newer_pending:
+        return SlotVerdict(False, "newer_slot_pending", f"{detail}; a newer slot is pending")
+    return SlotVerdict(True)
+
+
+def slot_ran(row: Schedule, job: Job, stamp: Stamp) -> Change:
+    """The slot's handler returned: last_run_at = max(last_run_at, slot)."""
+    data = {"slot": iso(slot_of(job)), "job_id": job.id, "attempts": job.attempts}
+    return _change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_RAN, data))
+
+
+def slot_skipped(row: Schedule, job: Job, verdict: SlotVerdict, stamp: Stamp) -> Change:
+    """The slot was skipped at run time: last_skipped_at = max(last_skipped_at, slot)."""
+    data = {
+        "slot": iso(slot_of(job)),
+        "stage": "run",
+        "job_id": job.id,
+        "reason": verdict.reason,
+        "detail": verdict.skip_text,
+    }
+    return _change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_SKIPPED, data))

@@ -1,0 +1,409 @@
+"""The scheduler: declare schedules in code, sync them at boot, tick on every pod, run slots.
+
+    scheduler = Scheduler(engine)
+    scheduler.declare("nightly_report", "0 2 * * *", build_report, timezone="Europe/Berlin")
+    await scheduler.start()      # boot sync, then the ticker (when settings.workers)
+
+Everything decided here is decided by `jobledger.domain.schedules` (pure); this module
+reads rows, applies the changes it gets back, retries a lost compare-and-set, and runs
+the ticker loop. Every pod ticks: a slot's schedule advance and its job go to the store
+in ONE `apply` call, so the pod that loses the race on the schedule stream writes
+nothing, and the slot's dedupe key `<code>:<slot ISO>` drops its job if the schedule
+change of a winner already committed. docs/schedules.md explains the rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from jobledger import context
+from jobledger.clock import Clock
+from jobledger.domain import schedules as sched
+from jobledger.domain.errors import (
+    DuplicateSchedule,
+    InvalidArgument,
+    InvalidStatus,
+    NotFound,
+    SkipRun,
+)
+from jobledger.domain.events import SYSTEM, Actor
+from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, Stamp
+from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
+from jobledger.domain.timeutil import at_ms
+from jobledger.ids import new_id
+from jobledger.storage.port import JobFilter
+
+if TYPE_CHECKING:
+    from jobledger.engine import Engine
+
+logger = logging.getLogger("jobledger.scheduler")
+
+#: compare-and-set retries of one command before giving up (another writer keeps winning)
+CAS_RETRIES = 10
+#: how many PENDING jobs of a code the run_once collapse looks at (newest first)
+NEWER_SLOT_SCAN = 50
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRun:
+    """What a schedule handler receives: the schedule code, the slot time, the job."""
+
+    code: str
+    slot: datetime  # aware UTC
+    job: Job
+
+
+SlotHandler = Callable[[SlotRun], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    spec: sched.ScheduleSpec
+    handler: SlotHandler
+
+
+def _boot(spec: sched.ScheduleSpec) -> Callable[[Schedule | None, Stamp], Change | None]:
+    def build(row: Schedule | None, stamp: Stamp) -> Change | None:
+        return sched.declared(spec, stamp) if row is None else sched.synced(row, spec, stamp)
+
+    return build
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.settings = engine.settings
+        self.clock: Clock = clock or engine.clock
+        self._declared: dict[str, Declaration] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._feed_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._earliest: datetime | None = None
+        self.synced = False
+
+    # --- declaring --------------------------------------------------------------------
+
+    @property
+    def grace(self) -> timedelta:
+        return timedelta(seconds=self.settings.schedule_grace_s)
+
+    def declared(self) -> list[sched.ScheduleSpec]:
+        return [self._declared[c].spec for c in sorted(self._declared)]
+
+    def declare(
+        self,
+        code: str,
+        cron: str,
+        handler: SlotHandler,
+        *,
+        missed_slot_policy: MissedSlotPolicy | str | None = None,
+        runs_per_slot: int | None = None,
+        retry_count: int | None = None,
+        timezone: str | None = None,
+    ) -> sched.ScheduleSpec:
+        """Declare a schedule at start-up (before `sync`).
+
+        `runs_per_slot` is the TOTAL number of runs one slot gets (default 3 = the
+        first run and 2 retries at 1 and 2 min). `retry_count` is the reference's name
+        for the same number, kept as a deprecated alias (G7). Raises InvalidCron,
+        DuplicateSchedule, InvalidArgument.
+        """
+        if code in self._declared:
+            raise DuplicateSchedule(f"schedule {code!r} is already declared")
+        if retry_count is not None:
+            warnings.warn(
+                "retry_count is the total number of runs per slot; pass runs_per_slot",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if runs_per_slot is not None and runs_per_slot != retry_count:
+                raise InvalidArgument(
+                    f"schedule {code!r}: runs_per_slot={runs_per_slot} and its alias"
+                    f" retry_count={retry_count} disagree"
+                )
+        runs = runs_per_slot if runs_per_slot is not None else retry_count
+        spec = sched.make_spec(
+            code,
+            cron,
+            timezone=timezone or self.settings.default_timezone,
+            missed_slot_policy=missed_slot_policy,
+            runs_per_slot=runs if runs is not None else self.settings.schedule_default_retry,
+            now=self.clock.now(),
+            skip_max_interval=timedelta(seconds=self.settings.schedule_skip_max_interval_s),
+        )
+        self.engine.targets.register(
+            schedule_target(code),
+            Lane.LONG,
+            self._slot_handler(code),
+            delivery_mode=DeliveryMode.AT_LEAST_ONCE,
+            exclusive=True,
+        )
+        self.engine.targets.set_max_attempts(code, spec.runs_per_slot)
+        self._declared[code] = Declaration(spec, handler)
+        return spec
+
+    # --- boot sync --------------------------------------------------------------------
+
+    async def sync(self) -> list[Schedule]:
+        """Insert new schedules, rewrite the code-owned fields of known ones.
+
+        Runs on every pod, also with settings.workers off. Admin-owned fields (enabled,
+        cron_override) are never touched.
+        """
+        rows = []
+        for code in sorted(self._declared):
+            row = await self._write(code, _boot(self._declared[code].spec), SYSTEM, missing_ok=True)
+            rows.append(row)
+        self.synced = True
+        return rows
+
+    # --- the tick ---------------------------------------------------------------------
+
+    async def tick(self) -> list[sched.TickPlan]:
+        """One tick: enqueue the due slot of every enabled, due, declared schedule.
+
+        Returns the plans this pod wrote (another pod may have written the others).
+        """
+        now = self.clock.now()
+        applied: list[sched.TickPlan] = []
+        earliest: datetime | None = None
+        for row in await self.store.list_schedules():
+            if row.code not in self._declared:
+                continue  # a code this build does not declare: no handler here to run it
+            plan, row = await self._tick_one(row, now)
+            if plan is not None:
+                applied.append(plan)
+            if row.enabled and row.next_run_at is not None:
+                earliest = row.next_run_at if earliest is None else min(earliest, row.next_run_at)
+        self._earliest = earliest
+        return applied
+
+    async def _tick_one(
+        self, row: Schedule, now: datetime
+    ) -> tuple[sched.TickPlan | None, Schedule]:
+        for _ in range(CAS_RETRIES):
+            stamp = Stamp(now, SYSTEM, context.new_trace_id())
+            plan = sched.plan_tick(
+                row,
+                now,
+                grace=self.grace,
+                stamp=stamp,
+                job_id=new_id(int(now.timestamp() * 1000)),
+                partitions=self.settings.partitions,
+            )
+            if plan is None:
+                return None, row
+            flags = await self.store.apply(plan.changes)
+            if flags[0]:
+                self._report(plan, job_written=len(flags) > 1 and flags[1])
+                assert isinstance(plan.schedule.row, Schedule)
+                return plan, plan.schedule.row
+            if len(flags) > 1 and flags[1]:
+                # the schedule moved under us (an admin command or a slot record) but
+                # this slot's job was new: it is a real slot of the cron, so it stays
+                logger.warning(
+                    "schedule %s: slot %s enqueued while the schedule changed concurrently",
+                    row.code, plan.slot,
+                )
+            fresh = await self.store.get_schedule(row.code)
+            if fresh is None:
+                return None, row
+            row = fresh
+        logger.warning("schedule %s: tick gave up after %d lost races", row.code, CAS_RETRIES)
+        return None, row
+
+    def _report(self, plan: sched.TickPlan, *, job_written: bool) -> None:
+        code = plan.schedule.stream.removeprefix("schedule:")
+        if plan.missed is not None and plan.reason is not None:
+            logger.warning(
+                "schedule missed code=%s slots=%d reason=%s action=%s %s",
+                code, plan.missed.count, plan.reason,
+                "enqueued newest" if plan.job is not None else "skipped", plan.detail,
+            )
+            self.engine.observers.schedule_missed(code, plan.missed.count, plan.reason)
+        if plan.job is not None:
+            if job_written:
+                self.engine.observers.enqueued(schedule_target(code), 1)
+            else:
+                logger.info("schedule %s: slot %s already had its job", code, plan.slot)
+
+    # --- the slot run -----------------------------------------------------------------
+
+    def _slot_handler(self, code: str) -> Callable[[Job], Awaitable[object]]:
+        async def run_slot(job: Job) -> object:
+            return await self.run_slot(code, job)
+
+        return run_slot
+
+    async def run_slot(self, code: str, job: Job) -> object:
+        """The registered handler of target `schedule:<code>` (the long lane calls it).
+
+        A slot whose first run starts more than the grace after its slot time is
+        skipped (raises SkipRun, the outcome path writes JobSkipped) per the policy;
+        otherwise the declared handler runs. ScheduleSlotRan / ScheduleSlotSkipped are
+        then recorded on the schedule stream, best effort (docs/schedules.md).
+        """
+        declaration = self._declared[code]
+        now = self.clock.now()
+        row = await self.store.get_schedule(code)
+        policy = row.missed_slot_policy if row else declaration.spec.missed_slot_policy
+        slot = sched.slot_of(job)
+        newer = False
+        if sched.needs_newer_slot_check(policy, job, now, grace=self.grace):
+            newer = await self._newer_slot_pending(code, job, slot)
+        verdict = sched.decide_slot_run(
+            row, policy, job, now, grace=self.grace, newer_pending=newer
+        )
+        if not verdict.run:
+            await self._record(code, lambda r, s: sched.slot_skipped(r, job, verdict, s))
+            raise SkipRun(verdict.skip_text)
+        result = await declaration.handler(SlotRun(code, slot, job))
+        await self._record(code, lambda r, s: sched.slot_ran(r, job, s))
+        return result
+
+    async def _newer_slot_pending(self, code: str, job: Job, slot: datetime) -> bool:
+        rows, _ = await self.store.list_jobs(
+            JobFilter(code=code, status=JobStatus.PENDING, target=schedule_target(code)),
+            offset=0,
+            limit=NEWER_SLOT_SCAN,
+        )
+        for other in rows:
+            if other.id == job.id:
+                continue
+            try:
+                if sched.slot_of(other) > slot:
+                    return True
+            except InvalidArgument:
+                continue
+        return False
+
+    async def _record(
+        self, code: str, build: Callable[[Schedule, Stamp], Change]
+    ) -> None:
+        """Write a slot record on the schedule stream; a failure is logged, not raised
+        (the job's own outcome is the truth, the record is its projection)."""
+        try:
+            await self._write(code, build, SYSTEM)
+        except Exception:
+            logger.exception("schedule %s: could not record the slot outcome", code)
+
+    # --- admin commands ---------------------------------------------------------------
+
+    async def get(self, code: str) -> Schedule:
+        row = await self.store.get_schedule(code)
+        if row is None:
+            raise NotFound(f"schedule {code!r} not found")
+        return row
+
+    async def list(self) -> Sequence[Schedule]:
+        return await self.store.list_schedules()
+
+    async def enable(self, code: str, actor: Actor | None = None) -> Schedule:
+        """disabled → enabled: next_run_at = next slot after now (missed slots dropped)."""
+        return await self._write(code, lambda r, s: sched.enabled(r, s), actor)
+
+    async def disable(self, code: str, actor: Actor | None = None) -> Schedule:
+        """The tick ignores it; a slot already enqueued still runs."""
+        return await self._write(code, lambda r, s: sched.disabled(r, s), actor)
+
+    async def set_cron_override(self, code: str, cron: str, actor: Actor | None = None) -> Schedule:
+        """InvalidCron for a bad cron; next_run_at follows the override."""
+        return await self._write(code, lambda r, s: sched.override_set(r, cron, s), actor)
+
+    async def clear_cron_override(self, code: str, actor: Actor | None = None) -> Schedule:
+        return await self._write(code, lambda r, s: sched.override_cleared(r, s), actor)
+
+    async def _write(
+        self,
+        code: str,
+        build: Callable[..., Change | None],
+        actor: Actor | None,
+        *,
+        missing_ok: bool = False,
+    ) -> Schedule:
+        """Read the row, build the change, apply it; on a lost compare-and-set read
+        again and rebuild. NotFound for an unknown code (unless `missing_ok`)."""
+        ctx = context.current()
+        who = actor if actor is not None else ctx.actor
+        trace = ctx.trace_id or context.new_trace_id()
+        for _ in range(CAS_RETRIES):
+            row = await self.store.get_schedule(code)
+            if row is None and not missing_ok:
+                raise NotFound(f"schedule {code!r} not found")
+            change = build(row, Stamp(self.clock.now(), who, trace))
+            if change is None:
+                assert row is not None
+                return row
+            if (await self.store.apply([change]))[0]:
+                self._wake.set()
+                assert isinstance(change.row, Schedule)
+                return change.row
+        raise InvalidStatus(f"schedule {code!r}: concurrent writers kept winning, try again")
+
+    # --- the reactor ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Boot sync (every pod), then the ticker when settings.workers is on."""
+        if not self.synced:
+            await self.sync()
+        if not self.settings.workers or self._task is not None:
+            return
+        self._stopping = False
+        self._feed_task = asyncio.create_task(self._watch_feed(), name="jobledger-schedule-feed")
+        self._task = asyncio.create_task(self._loop(), name="jobledger-scheduler")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        for task in (self._task, self._feed_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._feed_task = None
+
+    def delay(self) -> float:
+        """Seconds until the next tick: the tick interval, or sooner when the earliest
+        next_run_at says so (a timer, not a poll)."""
+        delay = self.settings.schedule_tick_s
+        if self._earliest is not None:
+            until = (self._earliest - at_ms(self.clock.now())).total_seconds()
+            delay = min(delay, until)
+        return max(delay, 0.001)
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                await self.tick()
+            except Exception:
+                logger.exception("schedule tick failed")
+                self._earliest = None
+            if self._stopping:
+                break
+            sleeper = asyncio.ensure_future(self.clock.sleep(self.delay()))
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in (sleeper, woken):
+                    waiter.cancel()
+
+    async def _watch_feed(self) -> None:
+        try:
+            async for wake in self.store.feed():
+                if wake.schedules:
+                    self._wake.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("schedule feed stopped; the timer still ticks")
