@@ -1,0 +1,100 @@
+"""Changes as the JSON parameters of `Statements.apply` (pure: no I/O).
+
+Rows go through `storage.rows` like every adapter's; this module only adds what the
+SQL needs: which change each row and event belongs to, the event slots (positions are
+`base + 1 + slot`, so a losing change leaves a gap, never a reuse), and the order key
+as bytea text (PostgreSQL text cannot hold the NUL that starts a keyless order key;
+bytea compares bytewise, which is the code-point order Python sorts `str` by).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from jobledger.domain.jobs import Change, Job, JobStatus
+from jobledger.domain.schedule_row import Schedule
+from jobledger.storage.rows import dedupe_key_of, event_to_dict, job_to_dict, schedule_to_dict
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return "\\x" + bytes(value).hex()
+    raise TypeError(f"cannot store {type(value).__name__} as JSON")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    record = job_to_dict(job)
+    record["order_key"] = record["order_key"].encode()
+    return record
+
+
+def is_running_code(change: Change) -> bool:
+    """A change that can collide on the unique running_code index: applied in a savepoint."""
+    row = change.row
+    return isinstance(row, Job) and row.status == JobStatus.RUNNING and row.running_code is not None
+
+
+def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
+    """The parameters for one apply statement; `items` are (index, change), one per stream."""
+    changes: list[dict[str, Any]] = []
+    jobs: list[dict[str, Any]] = []
+    schedules: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for index, change in items:
+        kind, _, ident = change.stream.partition(":")
+        row = change.row
+        changes.append({
+            "i": index,
+            "stream": change.stream,
+            "kind": kind,
+            "ident": ident,
+            "expected": change.expected_version,
+            "isnew": change.is_new,
+            "del": row is None,
+            "part": change.partition,
+            "lane": row.lane.value if isinstance(row, Job) else None,
+        })
+        if isinstance(row, Job):
+            jobs.append(job_record(row))
+        elif isinstance(row, Schedule):
+            schedules.append(schedule_to_dict(row))
+        for n, event in enumerate(change.events):
+            record = event_to_dict(event)
+            first_new = change.is_new and n == 0
+            record.pop("position")
+            record["i"] = index
+            record["slot"] = len(events)
+            record["fst"] = first_new
+            record["dedupe_key"] = dedupe_key_of(event) or (
+                change.dedupe_key if first_new else None
+            )
+            events.append(record)
+    return {
+        "changes": dumps(changes),
+        "jobs": dumps(jobs),
+        "schedules": dumps(schedules),
+        "events": dumps(events),
+    }
+
+
+def rounds(changes: Sequence[Change]) -> list[list[tuple[int, Change]]]:
+    """Split `changes` so no stream appears twice in one statement (round k holds the
+    k-th change of each stream); usually a single round."""
+    out: list[list[tuple[int, Change]]] = []
+    seen: dict[str, int] = {}
+    for index, change in enumerate(changes):
+        k = seen.get(change.stream, 0)
+        seen[change.stream] = k + 1
+        if k == len(out):
+            out.append([])
+        out[k].append((index, change))
+    return out

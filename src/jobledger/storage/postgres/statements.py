@@ -1,0 +1,199 @@
+"""The SQL text of the PostgreSQL adapter, built once per schema (pure: no I/O).
+
+The write path is one statement per call (`apply_sql`): data-modifying CTEs do the
+compare-and-set updates, the deletes, the new streams' inserts (`ON CONFLICT DO NOTHING`
+on the log's unique indexes: a lost race or a seen dedupe key drops that change alone
+and never aborts the transaction), the winners' events, and the `pg_notify` — so a
+fast-lane outcome batch of hundreds of rows is a single round trip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobledger.storage.postgres.schema import ORDINAL_BITS, quoted_schema
+from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
+
+JOB_COLUMNS = ", ".join(JOB_FIELDS)
+SCHEDULE_COLUMNS = ", ".join(SCHEDULE_FIELDS)
+EVENT_COLUMNS = "position, stream, version, type, data, at, actor, trace_id, prev_hash, hash"
+_EVENT_INSERT = EVENT_COLUMNS + ", dedupe_key"
+
+#: a NOTIFY payload must stay under 8000 bytes; past this the hint says "everything"
+MAX_NOTIFY = 7900
+
+
+def _set(fields: tuple[str, ...], key: str) -> str:
+    cols = [f for f in fields if f != key]
+    return f"({', '.join(cols)}) = ({', '.join('r.' + c for c in cols)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    schema: str
+    channel: str
+    apply: str
+    apply_guarded: str
+    fast_pending_first: str
+    fast_pending_after: str
+    long_candidates: str
+    running_codes: str
+    inflight: str
+    next_due_fast: str
+    next_due_long: str
+    read_log: str
+
+
+def build(schema: str) -> Statements:
+    s = quoted_schema(schema)
+    channel = f"{schema}_wake"
+    job_set = _set((*JOB_FIELDS, "order_key"), "id")
+    schedule_set = _set(SCHEDULE_FIELDS, "code")
+    event_values = (
+        "base.b + 1 + e.slot, e.stream, e.version, e.type, e.data, e.at, e.actor,"
+        " e.trace_id, e.prev_hash, e.hash, e.dedupe_key"
+    )
+
+    def apply_sql(guarded: bool) -> str:
+        held = (
+            f"held AS (SELECT partition FROM {s}.partitions WHERE owner = %(pod)s"
+            " AND lease_until > %(now)s AND partition IN (SELECT part FROM c) FOR SHARE),"
+            " ok AS (SELECT * FROM c WHERE c.part IS NULL"
+            " OR c.part IN (SELECT partition FROM held)),"
+            if guarded
+            else "ok AS (SELECT * FROM c),"
+        )
+        return f"""
+WITH c AS (
+  SELECT * FROM json_to_recordset(%(changes)s::json) AS c(
+    i int, stream text, kind text, ident text, expected int, isnew bool, del bool,
+    part int, lane text)
+),
+{held}
+jr AS (SELECT * FROM json_populate_recordset(NULL::{s}.jobs, %(jobs)s::json)),
+sr AS (SELECT * FROM json_populate_recordset(NULL::{s}.schedules, %(schedules)s::json)),
+ev AS (
+  SELECT * FROM json_to_recordset(%(events)s::json) AS e(
+    i int, slot int, fst bool, stream text, version int, type text, data json,
+    at timestamptz, actor json, trace_id text, prev_hash text, hash text, dedupe_key text)
+),
+base AS (
+  SELECT coalesce(
+    (SELECT max(position) FROM {s}.events
+      WHERE position >= x.lo AND position < x.lo + {1 << ORDINAL_BITS}),
+    x.lo) AS b
+  FROM (SELECT pg_current_xact_id()::text::bigint << {ORDINAL_BITS} AS lo) x
+),
+ju AS (
+  UPDATE {s}.jobs j SET {job_set}
+  FROM ok JOIN jr r ON r.id = ok.ident
+  WHERE ok.kind = 'job' AND NOT ok.isnew AND NOT ok.del
+    AND j.id = ok.ident AND j.stream_version = ok.expected
+  RETURNING ok.i
+),
+jd AS (
+  DELETE FROM {s}.jobs j USING ok
+  WHERE ok.kind = 'job' AND NOT ok.isnew AND ok.del
+    AND j.id = ok.ident AND j.stream_version = ok.expected
+  RETURNING ok.i
+),
+su AS (
+  UPDATE {s}.schedules t SET {schedule_set}
+  FROM ok JOIN sr r ON r.code = ok.ident
+  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND NOT ok.del
+    AND t.code = ok.ident AND t.stream_version = ok.expected
+  RETURNING ok.i
+),
+sd AS (
+  DELETE FROM {s}.schedules t USING ok
+  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND ok.del
+    AND t.code = ok.ident AND t.stream_version = ok.expected
+  RETURNING ok.i
+),
+nf AS (
+  INSERT INTO {s}.events ({_EVENT_INSERT})
+  SELECT {event_values} FROM ev e JOIN ok ON ok.i = e.i CROSS JOIN base
+  WHERE ok.isnew AND e.fst ORDER BY e.slot
+  ON CONFLICT DO NOTHING
+  RETURNING stream
+),
+nw AS (SELECT ok.i, ok.kind, ok.ident, ok.del FROM ok JOIN nf ON nf.stream = ok.stream),
+jn AS (
+  INSERT INTO {s}.jobs ({JOB_COLUMNS}, order_key)
+  SELECT {', '.join('r.' + c for c in (*JOB_FIELDS, 'order_key'))}
+  FROM jr r JOIN nw ON nw.ident = r.id WHERE nw.kind = 'job' AND NOT nw.del
+),
+sn AS (
+  INSERT INTO {s}.schedules ({SCHEDULE_COLUMNS})
+  SELECT {', '.join('r.' + c for c in SCHEDULE_FIELDS)}
+  FROM sr r JOIN nw ON nw.ident = r.code WHERE nw.kind = 'schedule' AND NOT nw.del
+),
+w AS (
+  SELECT i FROM ju UNION ALL SELECT i FROM jd UNION ALL SELECT i FROM su
+  UNION ALL SELECT i FROM sd UNION ALL SELECT i FROM nw
+),
+er AS (
+  INSERT INTO {s}.events ({_EVENT_INSERT})
+  SELECT {event_values} FROM ev e JOIN w ON w.i = e.i CROSS JOIN base
+  WHERE NOT e.fst ORDER BY e.slot
+),
+n AS (
+  SELECT pg_notify('{channel}', CASE WHEN length(x.p) > {MAX_NOTIFY} THEN '*' ELSE x.p END)
+  FROM (
+    SELECT json_build_object(
+      'p', coalesce(array_agg(DISTINCT c.part) FILTER (WHERE c.part IS NOT NULL), '{{}}'),
+      'l', coalesce(array_agg(DISTINCT c.lane) FILTER (WHERE c.lane IS NOT NULL), '{{}}'),
+      's', coalesce(bool_or(c.kind = 'schedule'), false))::text AS p,
+      count(*) AS k
+    FROM w JOIN c ON c.i = w.i
+  ) x
+  WHERE x.k > 0
+)
+SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) FROM n)
+"""
+
+    pending = f"FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'fast' AND partition = %(p)s"
+    order = "ORDER BY order_key, version, id LIMIT %(limit)s"
+    return Statements(
+        schema=s,
+        channel=channel,
+        apply=apply_sql(False),
+        apply_guarded=apply_sql(True),
+        fast_pending_first=f"SELECT {JOB_COLUMNS} {pending} {order}",
+        fast_pending_after=f"SELECT {JOB_COLUMNS} {pending} AND order_key > %(after)s {order}",
+        long_candidates=f"""
+SELECT {JOB_COLUMNS} FROM (
+  (SELECT * FROM {s}.jobs
+    WHERE status = 'PENDING' AND lane = 'long' AND next_run_at <= %(now)s
+    ORDER BY next_run_at, id LIMIT %(limit)s)
+  UNION ALL
+  (SELECT * FROM {s}.jobs
+    WHERE status = 'RUNNING' AND lane = 'long' AND lease_until <= %(now)s
+    ORDER BY next_run_at, id LIMIT %(limit)s)
+) x ORDER BY next_run_at, id LIMIT %(limit)s""",
+        running_codes=(
+            f"SELECT DISTINCT running_code FROM {s}.jobs WHERE status = 'RUNNING'"
+            " AND running_code IS NOT NULL AND lease_until > %(now)s"
+        ),
+        inflight=(
+            f"SELECT {JOB_COLUMNS} FROM {s}.jobs WHERE partition = %(p)s AND lane = 'fast'"
+            " AND inflight_token IS NOT NULL ORDER BY id"
+        ),
+        next_due_fast=f"""
+SELECT min(d.next_run_at) FROM unnest(%(parts)s::int[]) AS p(n)
+CROSS JOIN LATERAL (
+  SELECT next_run_at FROM {s}.jobs
+  WHERE status = 'PENDING' AND lane = 'fast' AND partition = p.n
+  ORDER BY next_run_at LIMIT 1
+) d""",
+        next_due_long=(
+            f"SELECT min(next_run_at) FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'long'"
+        ),
+        # Only transactions older than every running one: their events are final.
+        # position >> ORDINAL_BITS is the writer's transaction id (see docs/postgres.md).
+        read_log=f"""
+SELECT {EVENT_COLUMNS} FROM {s}.events
+WHERE position > %(after)s
+  AND position < (pg_snapshot_xmin(pg_current_snapshot())::text::bigint << {ORDINAL_BITS})
+ORDER BY position LIMIT %(limit)s""",
+    )
