@@ -1,0 +1,169 @@
+"""A workload for the audit tests: many jobs driven through every kind of transition.
+
+Jobs are enqueued through the Engine in big `enqueue_many` transactions, then moved
+by the pure domain commands in rounds; each round's changes go to `store.apply` in big
+batches. Scripts (by job number mod 8), with the events each writes after JobEnqueued:
+
+    0 fast  dispatch, ok                                        → gone
+    1 fast  answered, answered, ok                              → gone
+    2 long  claim, renew, answered, claim, dead_now, retry, claim, ok → gone
+    3 fast  cancel                                              → gone
+    4 fast  unreachable, dead_now, skip                         → gone
+    5 fast  dispatch, take_over (at-least-once), dispatch, unknown (at-most-once) → DEAD
+    6 long  claim, reclaim (at-least-once), renew               → RUNNING
+    7 fast  (nothing)                                           → PENDING
+
+That is 4 events per job on average. This module has no tests of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from jobledger.clock import FakeClock
+from jobledger.domain import jobs
+from jobledger.domain.jobs import (
+    Change,
+    DeliveryMode,
+    Job,
+    NewJob,
+    OutcomePolicy,
+    Result,
+    RunResult,
+    Stamp,
+)
+from jobledger.engine import Engine
+from jobledger.storage.port import Store
+
+FAST = "audit:fast"
+LONG = "audit:long"
+LEASE = timedelta(minutes=5)
+AMO = OutcomePolicy(DeliveryMode.AT_MOST_ONCE, 6, (1, 2, 4, 8, 16))
+ALO = OutcomePolicy(DeliveryMode.AT_LEAST_ONCE, 6, (1, 2, 4, 8, 16))
+
+Step = Callable[[Job, Stamp], Change]
+
+
+async def _noop(job: Job) -> None:
+    return None
+
+
+def engine_for(store: Store, clock: FakeClock) -> Engine:
+    engine = Engine(store, clock=clock)
+    engine.targets.register(FAST, "fast", _noop)
+    engine.targets.register(LONG, "long", _noop)
+    return engine
+
+
+def _run(result: Result, policy: OutcomePolicy = AMO, error: str | None = None) -> Step:
+    def step(job: Job, stamp: Stamp) -> Change:
+        return jobs.decide_outcome(job, RunResult(result, error), policy, stamp).change
+
+    return step
+
+
+def _dispatch(job: Job, stamp: Stamp) -> Change:
+    return jobs.dispatch(job, token=f"t{job.stream_version}", pod="pod-a", stamp=stamp)
+
+
+def _claim(job: Job, stamp: Stamp) -> Change:
+    return jobs.claim(
+        job, token=f"c{job.stream_version}", pod="pod-b", lease=LEASE, exclusive=False, stamp=stamp
+    )
+
+
+def _renew(job: Job, stamp: Stamp) -> Change:
+    return jobs.renew_lease(job, lease=LEASE, stamp=stamp)
+
+
+def _take_over(job: Job, stamp: Stamp) -> Change:
+    return jobs.take_over(job, DeliveryMode.AT_LEAST_ONCE, stamp).change
+
+
+def _reclaim(job: Job, stamp: Stamp) -> Change:
+    return jobs.reclaim_expired(
+        job, DeliveryMode.AT_LEAST_ONCE, token="r", pod="pod-c", lease=LEASE, exclusive=False,
+        stamp=stamp,
+    ).change
+
+
+SCRIPTS: list[tuple[str, list[Step]]] = [
+    (FAST, [_dispatch, _run(Result.OK)]),
+    (FAST, [_run(Result.ANSWERED, error="boom"), _run(Result.ANSWERED, error="boom"), _run(Result.OK)]),
+    (
+        LONG,
+        [
+            _claim, _renew, _run(Result.ANSWERED, error="no"), _claim,
+            _run(Result.DEAD_NOW, error="never"), jobs.retry, _claim, _run(Result.OK),
+        ],
+    ),
+    (FAST, [jobs.cancel]),
+    (FAST, [_run(Result.UNREACHABLE, error="down"), _run(Result.DEAD_NOW), jobs.skip]),
+    (FAST, [_dispatch, _take_over, _dispatch, _run(Result.UNKNOWN, error="lost")]),
+    (LONG, [_claim, _reclaim, _renew]),
+    (FAST, []),
+]
+EVENTS_PER_CYCLE = sum(1 + len(steps) for _, steps in SCRIPTS)  # 32 per 8 jobs
+
+
+@dataclass
+class Workload:
+    jobs: int
+    events: int
+    open_rows: dict[str, Job]
+
+
+async def generate(
+    store: Store, clock: FakeClock, *, jobs_count: int, batch: int = 5000,
+    after_round: Callable[[int], object] | None = None,
+) -> Workload:
+    """Enqueue `jobs_count` jobs and run every script to its end."""
+    engine = engine_for(store, clock)
+    number: dict[str, int] = {}
+    for start in range(0, jobs_count, batch):
+        items = [
+            NewJob(
+                target=SCRIPTS[n % len(SCRIPTS)][0],
+                payload={"n": n},
+                code=f"code{n % 3}",
+                key=f"key{n % 101}",
+                version=n,
+                dedupe_key=f"audit:{n}",
+            )
+            for n in range(start, min(start + batch, jobs_count))
+        ]
+        async with engine.transaction() as tx:
+            results = await engine.enqueue_many(items, tx=tx)
+        for item, result in zip(items, results, strict=True):
+            assert result.inserted and result.job_id
+            number[result.job_id] = item.payload["n"]
+    rows = {j.id: j for j in await store.all_jobs()}
+    assert len(rows) == jobs_count
+    events = jobs_count
+    longest = max(len(steps) for _, steps in SCRIPTS)
+    for round_no in range(longest):
+        clock.advance(minutes=1)
+        stamp = Stamp(clock.now(), None, f"trace-round-{round_no}")
+        changes: list[Change] = []
+        for job_id, job in rows.items():
+            steps = SCRIPTS[number[job_id] % len(SCRIPTS)][1]
+            if round_no < len(steps):
+                changes.append(steps[round_no](job, stamp))
+        for start in range(0, len(changes), batch):
+            chunk = changes[start : start + batch]
+            flags = await store.apply(chunk)
+            assert all(flags), "a workload change lost its compare-and-set"
+            for change in chunk:
+                events += len(change.events)
+                job_id = change.stream.removeprefix("job:")
+                if change.row is None:
+                    del rows[job_id]
+                else:
+                    rows[job_id] = change.row
+        if after_round is not None:
+            result = after_round(round_no)
+            if hasattr(result, "__await__"):
+                await result
+    return Workload(jobs_count, events, rows)
