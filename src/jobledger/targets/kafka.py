@@ -1,0 +1,270 @@
+"""The Kafka target: `kafka:<topic>` fast-lane targets sent through one producer per pod.
+
+    target = install_kafka(engine, [KafkaEvent("do_update_oms", "lastmiles.oms.do-update")],
+                           bootstrap="kafka-1:9092")
+    await target.start()          # the runtime calls start/stop
+    ...
+    await target.stop()
+
+The decisions (targets and modes, topic, record, error classes) are pure and live in
+`jobledger.targets.kafka_rules`; this module only owns the aiokafka producer:
+
+* one long-lived `AIOKafkaProducer` per pod, created lazily and created again after a
+  failure that may have left it with a dead connection or stale metadata;
+* acks=all, no idempotent producer (aiokafka's cannot start against brokers with only
+  InitProducerId v0, such as tansu 0.6);
+* client retries off. aiokafka has no `retries` setting: it resends a retriable
+  failure until the batch is older than its delivery timeout, which it takes from
+  `request_timeout_ms`. A resend after a lost connection can duplicate a record and
+  hides how the first try ended, so the producer's batch time-to-live is set to 0 —
+  every batch fails with its first error (`_disable_client_retries`);
+* connect timeout 3 s (bootstrap, and the metadata/buffer wait before a record is
+  queued), request timeout 10 s: one send is capped well under the 30 s partition lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaProducer
+
+from jobledger import context
+from jobledger.domain.errors import ConfigError, DeadNow, TargetUnreachable
+from jobledger.domain.jobs import DeliveryMode, Job, Lane
+from jobledger.targets.kafka_rules import (
+    InvalidRecord,
+    KafkaEvent,
+    KafkaFailure,
+    Phase,
+    Record,
+    build_record,
+    check_overrides,
+    classify,
+    plan_targets,
+    signal_for,
+    topic_for,
+)
+
+if TYPE_CHECKING:
+    from jobledger.engine import Engine
+
+logger = logging.getLogger("jobledger.kafka")
+
+__all__ = ["KafkaEvent", "KafkaTarget", "ProducerOptions", "SendFailed", "install_kafka"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerOptions:
+    bootstrap: str
+    connect_timeout_s: float = 3.0
+    request_timeout_s: float = 10.0
+    max_request_size: int = 1_048_576
+    linger_ms: int = 0
+    client_id: str = "jobledger"
+
+
+class SendFailed(Exception):
+    """A send that failed in `phase` (the adapter's wrapper around aiokafka's error)."""
+
+    def __init__(self, phase: Phase, cause: BaseException) -> None:
+        super().__init__(f"{phase.value}: {cause!r}")
+        self.phase = phase
+        self.cause = cause
+
+    @property
+    def failure(self) -> KafkaFailure:
+        return classify(self.cause, self.phase)
+
+
+def _disable_client_retries(producer: Any) -> None:
+    """Make every batch fail with its first error instead of being resent.
+
+    aiokafka resends a batch that failed with a retriable error while the batch is
+    younger than its time-to-live (`request_timeout_ms`), and offers no setting to
+    turn that off. A TTL of 0 means: never resend. Checked loudly, so an aiokafka
+    release that renames the attribute fails at start instead of silently retrying.
+    """
+    accumulator = getattr(producer, "_message_accumulator", None)
+    if accumulator is None or not hasattr(accumulator, "_batch_ttl"):
+        raise RuntimeError(
+            "this aiokafka version has no MessageAccumulator._batch_ttl: the Kafka target"
+            " cannot turn client retries off (tested with aiokafka 0.12-0.14)"
+        )
+    accumulator._batch_ttl = 0
+
+
+class KafkaTarget:
+    """The handler of every `kafka:<topic>` target of a pod, and its producer."""
+
+    def __init__(
+        self,
+        options: ProducerOptions | None,
+        *,
+        events: Sequence[KafkaEvent] = (),
+        topic_overrides: Mapping[str, str] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        if enabled and (options is None or not options.bootstrap):
+            raise ConfigError(
+                "kafka_bootstrap: Kafka is enabled but no bootstrap servers are set"
+                " (KAFKA_BOOTSTRAP / JOBLEDGER_KAFKA_BOOTSTRAP, or kafka_enabled=off)"
+            )
+        self.options = options
+        self.enabled = enabled
+        self.events = {event.event: event for event in events}
+        self.topic_overrides = check_overrides(events, topic_overrides or {})
+        self._producer: Any = None
+        self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
+        self._stopped = False
+
+    # --- life cycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Warm the producer up; a broker that is down now is not an error (the rows wait
+        paused until it is back)."""
+        self._stopped = False
+        if not self.enabled:
+            logger.info("kafka disabled: kafka targets stay paused, nothing is sent")
+            return
+        try:
+            await self._ready_producer()
+        except SendFailed as exc:
+            logger.warning("kafka not reachable at start (%s); sends will retry", exc.cause)
+
+    async def stop(self) -> None:
+        """Flush and close the producer, and any discarded one still closing."""
+        self._stopped = True
+        async with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    # --- the handler ---------------------------------------------------------------------
+    async def __call__(self, job: Job) -> None:
+        """Send `job`; raise the handler signal of its failure class (reference §4)."""
+        if not self.enabled:
+            raise TargetUnreachable("kafka is disabled (kafka_enabled=off): nothing sent")
+        topic = topic_for(job, self.events, self.topic_overrides)
+        try:
+            record = build_record(job, context.current(), topic)
+        except InvalidRecord as exc:
+            raise DeadNow(f"kafka invalid record for {topic!r}: {exc}") from exc
+        try:
+            await self.send(record)
+        except SendFailed as failed:
+            raise signal_for(failed.failure, topic, failed.cause) from failed.cause
+
+    async def send(self, record: Record) -> Any:
+        """One record, one try; returns aiokafka's RecordMetadata or raises SendFailed."""
+        if self._stopped:
+            raise SendFailed(Phase.CONNECT, RuntimeError("the kafka target is stopped"))
+        producer = await self._ready_producer()
+        assert self.options is not None
+        try:
+            delivery = await asyncio.wait_for(
+                producer.send(
+                    record.topic, record.value, key=record.key, headers=list(record.headers)
+                ),
+                self.options.connect_timeout_s,
+            )
+        except Exception as exc:
+            self._after_failure(producer, classify(exc, Phase.ENQUEUE))
+            raise SendFailed(Phase.ENQUEUE, exc) from exc
+        try:
+            return await delivery
+        except Exception as exc:
+            self._after_failure(producer, classify(exc, Phase.DELIVERY))
+            raise SendFailed(Phase.DELIVERY, exc) from exc
+
+    # --- the producer --------------------------------------------------------------------
+    def _new_producer(self) -> Any:
+        assert self.options is not None
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.options.bootstrap,
+            client_id=self.options.client_id,
+            acks="all",
+            enable_idempotence=False,
+            request_timeout_ms=int(self.options.request_timeout_s * 1000),
+            max_request_size=self.options.max_request_size,
+            linger_ms=self.options.linger_ms,
+        )
+        _disable_client_retries(producer)
+        return producer
+
+    async def _ready_producer(self) -> Any:
+        async with self._lock:
+            if self._producer is not None:
+                return self._producer
+            assert self.options is not None
+            producer = self._new_producer()
+            try:
+                await asyncio.wait_for(producer.start(), self.options.connect_timeout_s)
+            except Exception as exc:
+                await self._close_quietly(producer)
+                raise SendFailed(Phase.CONNECT, exc) from exc
+            self._producer = producer
+            return producer
+
+    def _after_failure(self, producer: Any, failure: KafkaFailure) -> None:
+        """Drop the producer after a transport failure: the next send builds a new one
+        (fresh connections and metadata). Its other records still finish while it closes."""
+        if failure in (KafkaFailure.ANSWERED, KafkaFailure.INVALID):
+            return
+        if self._producer is producer:
+            self._producer = None
+            task = asyncio.get_running_loop().create_task(self._close_quietly(producer))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_quietly(producer: Any) -> None:
+        with contextlib.suppress(Exception):
+            await producer.stop()
+
+
+def install_kafka(
+    engine: Engine,
+    events: Sequence[KafkaEvent],
+    *,
+    bootstrap: str | None,
+    topic_overrides: Mapping[str, str] | None = None,
+    connect_timeout_s: float | None = None,
+    request_timeout_s: float | None = None,
+    max_request_size: int = 1_048_576,
+) -> KafkaTarget:
+    """Register the `kafka:<topic>` fast-lane targets on `engine` and return their handler.
+
+    Targets: one per declared producer event's default topic (in its delivery mode), plus
+    `settings.kafka_target_topics` (KAFKA_TARGET_TOPICS), which may also switch a declared
+    topic to at-least-once. Overrides: `topic_overrides`, else
+    `settings.kafka_topic_overrides`. `bootstrap` None → `settings.kafka_bootstrap`.
+    """
+    settings = engine.settings
+    plan = plan_targets(events, settings.kafka_target_topics)
+    servers = bootstrap or settings.kafka_bootstrap
+    options = None
+    if servers:
+        options = ProducerOptions(
+            servers,
+            connect_timeout_s=connect_timeout_s or settings.kafka_connect_timeout_s,
+            request_timeout_s=request_timeout_s or settings.kafka_request_timeout_s,
+            max_request_size=max_request_size,
+        )
+    overrides = topic_overrides if topic_overrides is not None else settings.kafka_topic_overrides
+    target = KafkaTarget(
+        options, events=events, topic_overrides=overrides, enabled=settings.kafka_enabled
+    )
+    for item in plan:
+        declared_mode = DeliveryMode.AT_MOST_ONCE if item.switched else item.delivery_mode
+        engine.targets.register(item.name, Lane.FAST, target, delivery_mode=declared_mode)
+        if item.switched:  # KAFKA_TARGET_TOPICS `topic:at_least_once` on a declared topic
+            engine.targets.replace_delivery_mode(item.name, item.delivery_mode)
+            logger.info("kafka target %s switched to %s", item.name, item.delivery_mode.value)
+    return target
