@@ -1,0 +1,146 @@
+"""Building blocks for the contract suite: targets, enqueue through the engine, and
+domain commands applied through the port. Nothing here knows an adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobledger.clock import FakeClock
+from jobledger.domain import jobs, schedules
+from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
+from jobledger.domain.policies import partition_of
+from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
+from jobledger.engine import Engine
+from jobledger.ids import new_id, new_token
+from jobledger.storage.port import Store, Wake
+
+FAST = "fast:t"
+FAST_OTHER = "fast:u"
+LONG = "long:t"
+EXCLUSIVE = "schedule:nightly"
+LEASE = timedelta(minutes=5)
+
+
+async def _noop(job: Job) -> None:
+    return None
+
+
+def register_targets(engine: Engine) -> None:
+    engine.targets.register(FAST, Lane.FAST, _noop)
+    engine.targets.register(FAST_OTHER, Lane.FAST, _noop)
+    engine.targets.register(LONG, Lane.LONG, _noop, delivery_mode="at_least_once")
+    engine.targets.register(EXCLUSIVE, Lane.LONG, _noop, exclusive=True)
+
+
+async def enqueue(engine: Engine, target: str = FAST, payload: Any = None, **options: Any) -> Job:
+    """Enqueue one job in its own committed transaction; return its row."""
+    async with engine.transaction() as tx:
+        result = await engine.enqueue(target, payload, tx=tx, **options)
+    assert result.inserted and result.job_id is not None
+    job = await engine.store.get_job(result.job_id)
+    assert job is not None
+    return job
+
+
+def new_job(
+    clock: FakeClock,
+    *,
+    target: str = FAST,
+    lane: Lane = Lane.FAST,
+    key: str | None = None,
+    dedupe_key: str | None = None,
+    partitions: int = 64,
+    job_id: str | None = None,
+    code: str | None = None,
+) -> Change:
+    """A JobEnqueued change built by the domain, for feeding `apply` directly."""
+    ident = job_id or new_id(int(clock.now().timestamp() * 1000))
+    dedupe = dedupe_key or ident
+    return jobs.enqueued(
+        job_id=ident,
+        spec=NewJob(target, {"n": 1}, code, key, 0, dedupe_key),
+        code=code or target,
+        lane=lane,
+        partition=partition_of(key, dedupe, partitions),
+        dedupe_key=dedupe,
+        stamp=Stamp(clock.now()),
+    )
+
+
+def claim(job: Job, clock: FakeClock, *, pod: str = "pod-a", exclusive: bool = False) -> Change:
+    return jobs.claim(
+        job, token=new_token(), pod=pod, lease=LEASE, exclusive=exclusive, stamp=Stamp(clock.now())
+    )
+
+
+def dispatch(job: Job, clock: FakeClock, *, pod: str = "pod-a") -> Change:
+    return jobs.dispatch(job, token=new_token(), pod=pod, stamp=Stamp(clock.now()))
+
+
+def succeed(job: Job, clock: FakeClock) -> Change:
+    return jobs.decide_outcome(job, jobs.RunResult(jobs.Result.OK), _policy(), Stamp(clock.now())).change
+
+
+def kill(job: Job, clock: FakeClock) -> Change:
+    run = jobs.RunResult(jobs.Result.DEAD_NOW, error="rejected")
+    return jobs.decide_outcome(job, run, _policy(), Stamp(clock.now())).change
+
+
+def _policy() -> jobs.OutcomePolicy:
+    return jobs.OutcomePolicy(jobs.DeliveryMode.AT_LEAST_ONCE, 6, (1, 2, 4, 8, 16))
+
+
+def declared_schedule(code: str, at: datetime) -> Change:
+    """A schedule stream's first event and row, from the domain's schedule commands."""
+    spec = schedules.ScheduleSpec(code, "*/5 * * * *", "UTC", MissedSlotPolicy.SKIP, 3)
+    return schedules.declared(spec, Stamp(at))
+
+
+def disable_schedule(row: Schedule, at: datetime) -> Change:
+    change = schedules.disabled(row, Stamp(at))
+    assert change is not None
+    return change
+
+
+class Subscriber:
+    """Reads a store's change feed in a task, one wake at a time."""
+
+    def __init__(self, store: Store) -> None:
+        self._feed: AsyncIterator[Wake] = store.feed()
+        self._next: asyncio.Task[Wake] | None = None
+
+    async def start(self) -> Subscriber:
+        self._arm()
+        for _ in range(3):  # let the subscription register before anything commits
+            await asyncio.sleep(0)
+        return self
+
+    def _arm(self) -> None:
+        async def first() -> Wake:
+            return await anext(self._feed)
+
+        self._next = asyncio.create_task(first())
+
+    @property
+    def woken(self) -> bool:
+        return self._next is not None and self._next.done()
+
+    async def wake(self, timeout: float = 5.0) -> Wake:
+        """The next wake; fails the test if none arrives within `timeout` seconds."""
+        assert self._next is not None
+        wake = await asyncio.wait_for(asyncio.shield(self._next), timeout)
+        self._arm()
+        return wake
+
+    async def close(self) -> None:
+        if self._next is not None:
+            self._next.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await self._next
+        aclose = getattr(self._feed, "aclose", None)
+        if aclose is not None:
+            await aclose()
