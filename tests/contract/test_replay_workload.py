@@ -116,13 +116,17 @@ class Workload:
 
 
 async def generate(
-    store: Store, clock: FakeClock, *, jobs_count: int, batch: int = 5000,
+    store: Store, clock: FakeClock, *, jobs_count: int, batch: int = 5000, first: int = 0,
     after_round: Callable[[int], object] | None = None,
 ) -> Workload:
-    """Enqueue `jobs_count` jobs and run every script to its end."""
+    """Enqueue `jobs_count` jobs (numbered from `first`) and run every script to its end.
+
+    Only the jobs of this call are moved; rows left open by an earlier call stay as
+    they are. `after_round(n)` (sync or async) runs after each round's batches.
+    """
     engine = engine_for(store, clock)
     number: dict[str, int] = {}
-    for start in range(0, jobs_count, batch):
+    for start in range(first, first + jobs_count, batch):
         items = [
             NewJob(
                 target=SCRIPTS[n % len(SCRIPTS)][0],
@@ -132,14 +136,14 @@ async def generate(
                 version=n,
                 dedupe_key=f"audit:{n}",
             )
-            for n in range(start, min(start + batch, jobs_count))
+            for n in range(start, min(start + batch, first + jobs_count))
         ]
         async with engine.transaction() as tx:
             results = await engine.enqueue_many(items, tx=tx)
         for item, result in zip(items, results, strict=True):
             assert result.inserted and result.job_id
             number[result.job_id] = item.payload["n"]
-    rows = {j.id: j for j in await store.all_jobs()}
+    rows = {j.id: j for j in await store.all_jobs() if j.id in number}
     assert len(rows) == jobs_count
     events = jobs_count
     longest = max(len(steps) for _, steps in SCRIPTS)

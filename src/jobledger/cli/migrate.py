@@ -12,9 +12,10 @@ from jobledger.storage.port import Store
 
 
 async def schema_version(store: Store) -> Any:
-    """The store's schema version: a `schema_version` attribute, property or method
-    (sync or async) of the adapter, or None when the adapter has no schema."""
-    value = getattr(store, "schema_version", None)
+    """The store's schema version, from the adapter's idempotent `migrate()` (SQLite,
+    PostgreSQL: it returns the version it left the schema at) or a `schema_version`
+    attribute; None when the adapter keeps no schema (memory)."""
+    value = getattr(store, "migrate", None) or getattr(store, "schema_version", None)
     if callable(value):
         value = value()
     if inspect.isawaitable(value):

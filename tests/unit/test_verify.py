@@ -1,0 +1,84 @@
+"""`verify`: every stream's hash chain, read a page at a time, on the memory store.
+
+The memory store's log is a plain list, so these tests edit it directly, as someone
+with write access to the database would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from jobledger.clock import FakeClock
+from jobledger.domain.events import event_hash
+from jobledger.projections.audit import verify_log
+from jobledger.storage.memory import MemoryStore
+from tests.contract.test_replay_workload import generate
+
+
+@pytest.fixture
+async def filled(clock: FakeClock) -> MemoryStore:
+    store = MemoryStore()
+    await store.open()
+    await generate(store, clock, jobs_count=24)
+    return store
+
+
+@pytest.mark.parametrize("page", [1, 7, 2000])
+async def test_an_untouched_log_verifies_at_any_page_size(filled: MemoryStore, page: int) -> None:
+    report = await verify_log(filled, page=page)
+    assert report.ok, report.problems
+    assert report.events == len(filled.log) == 24 // 8 * 32
+    assert report.streams == 24
+    assert report.position == len(filled.log)
+
+
+@pytest.mark.parametrize("page", [1, 5, 2000])
+async def test_an_edited_event_is_named(filled: MemoryStore, page: int) -> None:
+    index = next(i for i, e in enumerate(filled.log) if e.type == "JobFailed")
+    victim = filled.log[index]
+    filled.log[index] = replace(victim, data={**victim.data, "error": "nothing happened"})
+
+    report = await verify_log(filled, page=page)
+    assert report.problems == [
+        f"{victim.stream} v{victim.version} (position {victim.position}):"
+        " content does not match its hash"
+    ]
+    assert "1 problems" in report.lines()[-1]
+
+
+async def test_an_edit_with_a_recomputed_hash_breaks_the_next_link(filled: MemoryStore) -> None:
+    index = next(i for i, e in enumerate(filled.log) if e.type == "JobDispatched")
+    victim = filled.log[index]
+    data = {**victim.data, "pod": "someone-else"}
+    forged = replace(
+        victim,
+        data=data,
+        hash=event_hash(
+            stream=victim.stream, version=victim.version, type=victim.type, data=data,
+            at=victim.at, actor=victim.actor, trace_id=victim.trace_id,
+            prev_hash=victim.prev_hash,
+        ),
+    )
+    filled.log[index] = forged
+    successor = next(e for e in filled.log[index + 1 :] if e.stream == victim.stream)
+
+    report = await verify_log(filled, page=3)
+    assert report.problems == [
+        f"{successor.stream} v{successor.version} (position {successor.position}):"
+        f" prev_hash does not name v{victim.version}"
+    ]
+
+
+async def test_a_removed_event_is_reported(filled: MemoryStore) -> None:
+    index = next(i for i, e in enumerate(filled.log) if e.type == "JobLeaseRenewed")
+    removed = filled.log.pop(index)
+    filled.log[:] = [replace(e, position=i + 1) for i, e in enumerate(filled.log)]
+    successor = next(e for e in filled.log[index:] if e.stream == removed.stream)
+
+    report = await verify_log(filled, page=4)
+    assert len(report.problems) == 2
+    assert report.problems[0].startswith(f"{successor.stream} v{successor.version} ")
+    assert report.problems[0].endswith(f"follows v{removed.version - 1}")
+    assert report.problems[1].endswith(f"prev_hash does not name v{removed.version - 1}")

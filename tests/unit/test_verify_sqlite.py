@@ -1,0 +1,68 @@
+"""`jobledger verify` on a SQLite file whose `events` table was edited with sqlite3.
+
+The command runs its own event loop (`asyncio.run`), so it runs in a thread here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from jobledger.cli import main
+from jobledger.clock import FakeClock
+from jobledger.projections.audit import verify_log
+from jobledger.storage.sqlite import SqliteStore
+from tests.contract.test_replay_workload import generate
+
+
+async def _filled(path: Path, clock: FakeClock) -> int:
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        workload = await generate(store, clock, jobs_count=40)
+    finally:
+        await store.close()
+    return workload.events
+
+
+async def test_an_update_of_an_event_row_is_detected(
+    tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.db"
+    events = await _filled(path, clock)
+    url = f"sqlite:///{path}"
+    assert await asyncio.to_thread(main, ["--store", url, "verify"]) == 0
+    assert "every hash chain holds" in capsys.readouterr().out
+
+    with sqlite3.connect(path) as conn:
+        position, stream, version, data = conn.execute(
+            "SELECT position, stream, version, data FROM events"
+            " WHERE type = 'JobEnqueued' ORDER BY position LIMIT 1 OFFSET 7"
+        ).fetchone()
+        edited = json.loads(data)
+        edited["payload"] = {"n": 999_999}
+        conn.execute(
+            "UPDATE events SET data = ? WHERE position = ?", (json.dumps(edited), position)
+        )
+
+    assert await asyncio.to_thread(main, ["--store", url, "verify"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"problem: {stream} v{version} (position {position}): content does not match its hash"
+        in out
+    )
+    assert f"verified {events} events" in out
+
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        report = await verify_log(store, page=9)
+    finally:
+        await store.close()
+    assert report.problems == [
+        f"{stream} v{version} (position {position}): content does not match its hash"
+    ]
