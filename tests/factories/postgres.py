@@ -1,7 +1,8 @@
-"""PostgreSQL stores on a fresh schema each, dropped afterwards.
+"""PostgreSQL stores on a fresh schema each, dropped afterwards (see __init__.py).
 
 The server is `JOBLEDGER_TEST_PG_DSN` (default postgresql://postgres@127.0.0.1:5432/test);
-when it is not reachable the test is skipped, never failed.
+when it is not reachable the test is skipped, never failed. `fresh_schema()` gives a DSN
+and an unused schema name to tests that open stores (or worker processes) themselves.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from jobledger.storage.port import Store, native_handle
 from jobledger.storage.postgres import PostgresStore
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-_BUSINESS = "business_rows"
-#: schemas of the stores open in this process, newest last (business_write's target)
-_ACTIVE: list[str] = []
+_OPEN: list[str] = []  # schemas of the stores make_store has open, newest last
 
 
 def dsn() -> str:
@@ -59,30 +58,52 @@ async def make_store(
     async with fresh_schema() as (url, name):
         store = PostgresStore(url, partitions=partitions, schema=name, **options)
         await store.open()
-        async with store.pool.connection() as conn:
-            await conn.execute(f'CREATE TABLE "{name}".{_BUSINESS} (value text)')
-        _ACTIVE.append(name)
+        _OPEN.append(name)
         try:
             yield store
         finally:
-            _ACTIVE.remove(name)
+            _OPEN.remove(name)
             await store.close()
 
 
-# --- the business row a caller writes in the same transaction as its enqueue ------------
+@asynccontextmanager
+async def open_peer(store: Store) -> AsyncIterator[Store]:
+    """A second store on the same schema, with its own pool and LISTEN connection."""
+    assert isinstance(store, PostgresStore)
+    peer = PostgresStore(store.dsn, partitions=store.partitions, schema=store.schema)
+    await peer.open()
+    try:
+        yield peer
+    finally:
+        await peer.close()
 
 
+async def business_write(tx: Any, value: str) -> None:
+    """The caller's own business row, written on the transaction's native connection.
 
-async def business_write(tx: Any, value: Any) -> None:
-    """Insert one business row on the caller's connection (the store's own schema)."""
-    conn = native_handle(tx)
-    schema = _ACTIVE[-1]
-    await conn.execute(f'INSERT INTO "{schema}".{_BUSINESS} (value) VALUES (%s)', (str(value),))
+    The table lives in the schema of the store `make_store` opened last.
+    """
+    conn: psycopg.AsyncConnection[Any] = native_handle(tx)
+    table = f'"{_schema_for(conn)}".business'
+    await conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (value text NOT NULL)")
+    await conn.execute(f"INSERT INTO {table} (value) VALUES (%s)", (value,))
 
 
 async def business_count(store: Store) -> int:
+    """Committed business rows, read through a connection of its own."""
     assert isinstance(store, PostgresStore)
-    async with store.pool.connection() as conn:
-        cur = await conn.execute(f'SELECT count(*) FROM "{store.schema}".{_BUSINESS}')
+    async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as conn:
+        cur = await conn.execute("SELECT to_regclass(%s)", (f'"{store.schema}".business',))
+        found = await cur.fetchone()
+        if found is None or found[0] is None:
+            return 0
+        cur = await conn.execute(f'SELECT count(*) FROM "{store.schema}".business')
         row = await cur.fetchone()
         return int(row[0]) if row else 0
+
+
+def _schema_for(conn: psycopg.AsyncConnection[Any]) -> str:
+    """The schema of the newest store opened by this module (tests use one at a time)."""
+    if not _OPEN:
+        raise RuntimeError("business_write: no PostgreSQL test store is open")
+    return _OPEN[-1]
