@@ -1,0 +1,180 @@
+"""`Store.apply`: compare-and-set per stream, dedupe, lease guard, running_code.
+
+A losing change is dropped on its own; the others of the same call still commit.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from jobledger.clock import FakeClock
+from jobledger.domain.jobs import JobStatus, Lane
+from jobledger.engine import Engine
+from jobledger.storage.port import LeaseGuard, Store
+from tests.contract.helpers import (
+    EXCLUSIVE,
+    FAST,
+    LONG,
+    claim,
+    dispatch,
+    enqueue,
+    kill,
+    new_job,
+    succeed,
+)
+
+
+async def test_apply_writes_events_and_the_row_they_leave(
+    store: Store, clock: FakeClock
+) -> None:
+    change = new_job(clock, key="K", dedupe_key="d-1")
+    assert await store.apply([change]) == [True]
+    job = await store.get_job(change.stream.removeprefix("job:"))
+    assert job == change.row
+    clock.advance(seconds=5)
+    dispatched = dispatch(job, clock)
+    assert await store.apply([dispatched]) == [True]
+    assert await store.get_job(job.id) == dispatched.row
+    assert [e.type for e in await store.read_stream(job.stream)] == ["JobEnqueued", "JobDispatched"]
+
+
+async def test_stale_expected_version_is_dropped_alone(
+    store: Store, engine: Engine, clock: FakeClock
+) -> None:
+    a = await enqueue(engine, FAST, dedupe_key="a")
+    b = await enqueue(engine, FAST, dedupe_key="b")
+    winner, loser = dispatch(a, clock, pod="p1"), dispatch(a, clock, pod="p2")
+    fresh = dispatch(b, clock)
+    assert await store.apply([winner, loser, fresh]) == [True, False, True]
+    row_a = await store.get_job(a.id)
+    assert row_a is not None and row_a.claimed_by == "p1" and row_a.stream_version == 2
+    assert await store.apply([dispatch(a, clock, pod="p3")]) == [False]  # built from v1 again
+    assert len(await store.read_stream(a.stream)) == 2
+    row_b = await store.get_job(b.id)
+    assert row_b == fresh.row
+
+
+async def test_a_new_stream_loses_when_its_dedupe_key_is_in_the_log(
+    store: Store, clock: FakeClock
+) -> None:
+    first = new_job(clock, dedupe_key="d-1")
+    same_call = new_job(clock, dedupe_key="d-1")
+    other = new_job(clock, dedupe_key="d-2")
+    assert await store.apply([first, same_call, other]) == [True, False, True]
+    later = new_job(clock, dedupe_key="d-1")
+    assert await store.apply([later]) == [False]
+    assert sorted(j.dedupe_key for j in await store.all_jobs()) == ["d-1", "d-2"]
+    assert len(await store.read_log(0, limit=10)) == 2
+
+
+async def test_a_finished_stream_cannot_be_written_again(
+    store: Store, engine: Engine, clock: FakeClock
+) -> None:
+    job = await enqueue(engine, FAST, dedupe_key="d-1")
+    stale = dispatch(job, clock)  # computed from v1, before the row left
+    assert await store.apply([succeed(job, clock)]) == [True]
+    assert await store.get_job(job.id) is None
+    assert await store.apply([stale]) == [False]
+    # "expected version 0" on a stream that has events loses too, whatever its dedupe key
+    reborn = new_job(clock, job_id=job.id, dedupe_key="another-key")
+    assert await store.apply([reborn]) == [False]
+    assert await store.get_job(job.id) is None
+    assert [e.type for e in await store.read_stream(job.stream)] == ["JobEnqueued", "JobSucceeded"]
+
+
+async def test_apply_without_changes_is_a_no_op(store: Store) -> None:
+    assert await store.apply([]) == []
+
+
+# --- the lease guard (fast lane in-flight marks) --------------------------------------------
+
+
+async def test_lease_guard_applies_only_for_the_live_owner(
+    seeded: Store, engine: Engine, clock: FakeClock
+) -> None:
+    store = seeded
+    job = await enqueue(engine, FAST, key="K", dedupe_key="d-1")
+    now = clock.now()
+    assert await store.take_partition(job.partition, "pod-a", now, now + timedelta(seconds=30))
+
+    other_owner = LeaseGuard("pod-b", now)
+    assert await store.apply([dispatch(job, clock, pod="pod-b")], guard=other_owner) == [False]
+    expired = LeaseGuard("pod-a", now + timedelta(seconds=30))
+    assert await store.apply([dispatch(job, clock)], guard=expired) == [False]
+    assert await store.get_job(job.id) == job
+
+    held = LeaseGuard("pod-a", now + timedelta(seconds=29))
+    mark = dispatch(job, clock)
+    assert await store.apply([mark], guard=held) == [True]
+    assert await store.get_job(job.id) == mark.row
+
+
+async def test_lease_guard_drops_only_the_changes_of_unheld_partitions(
+    seeded: Store, engine: Engine, clock: FakeClock
+) -> None:
+    store = seeded
+    jobs_by_partition = {}
+    n = 0
+    while len(jobs_by_partition) < 2:
+        job = await enqueue(engine, FAST, key=f"K{n}", dedupe_key=f"d-{n}")
+        jobs_by_partition.setdefault(job.partition, job)
+        n += 1
+    mine, theirs = jobs_by_partition.values()
+    now = clock.now()
+    assert await store.take_partition(mine.partition, "pod-a", now, now + timedelta(seconds=30))
+    assert await store.take_partition(theirs.partition, "pod-b", now, now + timedelta(seconds=30))
+    flags = await store.apply(
+        [dispatch(mine, clock), dispatch(theirs, clock)], guard=LeaseGuard("pod-a", now)
+    )
+    assert flags == [True, False]
+
+
+# --- running_code: one RUNNING row per exclusive code -------------------------------------
+
+
+async def test_running_code_is_unique_among_running_rows(
+    store: Store, engine: Engine, clock: FakeClock
+) -> None:
+    first = await enqueue(engine, EXCLUSIVE, dedupe_key="nightly:1")
+    second = await enqueue(engine, EXCLUSIVE, dedupe_key="nightly:2")
+    plain = await enqueue(engine, LONG, dedupe_key="plain")
+    c1 = claim(first, clock, exclusive=True)
+    c2 = claim(second, clock, pod="pod-b", exclusive=True)
+    assert await store.apply([c1, c2, claim(plain, clock)]) == [True, False, True]
+    row2 = await store.get_job(second.id)
+    assert row2 is not None and row2.status == JobStatus.PENDING
+
+    # even with its lease expired, a RUNNING row keeps its code until it leaves RUNNING
+    clock.advance(minutes=10)
+    assert await store.apply([claim(second, clock, exclusive=True)]) == [False]
+
+    running = await store.get_job(first.id)
+    assert running is not None and running.running_code == EXCLUSIVE
+    assert await store.apply([succeed(running, clock)]) == [True]
+    assert await store.apply([claim(second, clock, exclusive=True)]) == [True]
+
+
+async def test_reclaiming_the_same_row_under_its_own_code_is_allowed(
+    store: Store, engine: Engine, clock: FakeClock
+) -> None:
+    job = await enqueue(engine, EXCLUSIVE, dedupe_key="nightly:1")
+    assert await store.apply([claim(job, clock, exclusive=True)]) == [True]
+    running = await store.get_job(job.id)
+    assert running is not None
+    clock.advance(minutes=6)
+    again = claim(running, clock, pod="pod-b", exclusive=True)
+    assert await store.apply([again]) == [True]
+    row = await store.get_job(job.id)
+    assert row is not None and row.claimed_by == "pod-b" and row.status == JobStatus.RUNNING
+
+
+async def test_dead_rows_stay_and_keep_their_fields(
+    store: Store, engine: Engine, clock: FakeClock
+) -> None:
+    job = await enqueue(engine, LONG, {"x": [1, "two", None]}, headers={"h": "v"}, dedupe_key="d")
+    dead = kill(job, clock)
+    assert await store.apply([dead]) == [True]
+    row = await store.get_job(job.id)
+    assert row == dead.row
+    assert row is not None and row.status == JobStatus.DEAD and row.lane == Lane.LONG
+    assert row.closed_at == clock.now() and row.headers == {"h": "v"}
