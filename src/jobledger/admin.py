@@ -1,0 +1,109 @@
+"""Job admin commands: list, detail with history, retry, skip, cancel.
+
+Thin over the pure core: read the row, let `domain.jobs` decide (it raises
+InvalidStatus for a row in the wrong state), then `store.apply` the change under its
+compare-and-set. A change that loses the race to a lane or another admin is reported
+as InvalidStatus (409), exactly like a row in the wrong state. The actor and trace id
+come from the request context (`jobledger.context.request_context`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobledger import context
+from jobledger.clock import Clock
+from jobledger.domain import jobs
+from jobledger.domain.errors import InvalidStatus, NotFound
+from jobledger.domain.events import Event, EventType
+from jobledger.domain.jobs import Change, Job, Stamp
+from jobledger.ids import is_job_id
+from jobledger.storage.port import JobFilter, Store
+
+#: how a job that left the queue ended, by the event that closed it
+CLOSED_STATUS = {
+    EventType.JOB_SUCCEEDED: "SUCCEEDED",
+    EventType.JOB_SKIPPED: "SKIPPED",
+    EventType.JOB_CANCELLED: "CANCELLED",
+    EventType.JOB_EXPIRED: "EXPIRED",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    rows: list[Job]
+    total: int
+    page: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """A job and its whole stream.
+
+    `job` is the open row, or — once the job left the queue — the row as it was just
+    before the closing event; `status` is the row's status or how it ended
+    (SUCCEEDED, SKIPPED, CANCELLED, EXPIRED).
+    """
+
+    job: Job
+    status: str
+    open: bool
+    history: list[Event]
+
+
+class JobAdmin:
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def _stamp(self) -> Stamp:
+        ctx = context.current()
+        return Stamp(self.clock.now(), ctx.actor, ctx.trace_id)
+
+    async def list(self, flt: JobFilter, *, page: int = 1, limit: int = 100) -> JobPage:
+        rows, total = await self.store.list_jobs(flt, offset=(page - 1) * limit, limit=limit)
+        return JobPage(rows, total, page, limit)
+
+    async def _row(self, job_id: str) -> Job:
+        job = await self.store.get_job(job_id) if is_job_id(job_id) else None
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        return job
+
+    async def detail(self, job_id: str) -> JobDetail:
+        if not is_job_id(job_id):
+            raise NotFound(f"job {job_id} not found")
+        history = await self.store.read_stream(jobs.job_stream(job_id))
+        if not history:
+            raise NotFound(f"job {job_id} not found")
+        row = jobs.fold(history)
+        if row is not None:
+            return JobDetail(row, row.status.value, True, history)
+        last = jobs.fold(history[:-1])
+        if last is None:  # a stream cannot close before it opened
+            raise NotFound(f"job {job_id} not found")
+        return JobDetail(last, CLOSED_STATUS.get(history[-1].type, "CLOSED"), False, history)
+
+    async def _write(self, change: Change, job: Job, what: str) -> Any:
+        (applied,) = await self.store.apply([change])
+        if not applied:
+            raise InvalidStatus(f"cannot {what} job {job.id}: it changed meanwhile, try again")
+        return change.row
+
+    async def retry(self, job_id: str) -> Job:
+        """DEAD → PENDING, attempts 0, next run now."""
+        job = await self._row(job_id)
+        row: Job = await self._write(jobs.retry(job, self._stamp()), job, "retry")
+        return row
+
+    async def skip(self, job_id: str) -> None:
+        """DEAD → gone; the log keeps a JobSkipped with reason admin."""
+        job = await self._row(job_id)
+        await self._write(jobs.skip(job, self._stamp()), job, "skip")
+
+    async def cancel(self, job_id: str) -> None:
+        """PENDING and not in flight → gone (closes G2)."""
+        job = await self._row(job_id)
+        await self._write(jobs.cancel(job, self._stamp()), job, "cancel")

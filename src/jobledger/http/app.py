@@ -1,0 +1,97 @@
+"""The Starlette application: admin API under /api/v1, the admin page under /admin,
+health probes, the OpenAPI document and (when `jobledger.metrics` is present) /metrics.
+
+    app = create_app(services, ApiKeys(parse_api_keys(os.environ["JOBLEDGER_API_KEYS"])))
+    uvicorn.run(app, host="127.0.0.1", port=8080)
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import secrets
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from jobledger.domain.errors import JobledgerError
+from jobledger.http import openapi
+from jobledger.http.auth import ApiKeys, Authenticator
+from jobledger.http.errors import ApiError, CatchAll, api_error, domain_error, http_error
+from jobledger.http.routes import feed, health, jobs, page, schedules
+from jobledger.http.services import Services
+
+logger = logging.getLogger("jobledger.http")
+
+
+async def openapi_json(request: Request) -> Response:
+    return JSONResponse(openapi.document())
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/admin", status_code=307)
+
+
+def _metrics_routes() -> list[BaseRoute]:
+    """`/metrics` from `jobledger.metrics` (`asgi_app()`), when that module exists."""
+    try:
+        metrics = importlib.import_module("jobledger.metrics")
+    except ImportError:
+        return []
+    factory = getattr(metrics, "asgi_app", None)
+    if factory is None:
+        return []
+    return [Mount("/metrics", app=factory())]
+
+
+def create_app(
+    services: Services,
+    authenticator: Authenticator,
+    *,
+    page_authenticator: Authenticator | None = None,
+    csrf_secret: bytes | None = None,
+) -> Starlette:
+    """The admin application over `services`.
+
+    `authenticator` guards the API (bearer keys by default). The page uses
+    `page_authenticator`; by default the same API keys, also read from the login
+    cookie (and a login form), or `authenticator` itself when it is not `ApiKeys`.
+    """
+    if page_authenticator is None:
+        page_authenticator = (
+            authenticator.with_cookie() if isinstance(authenticator, ApiKeys) else authenticator
+        )
+    api = Mount(
+        openapi.PREFIX,
+        routes=[
+            *jobs.routes(),
+            *schedules.routes(),
+            *feed.routes(),
+            Route("/openapi.json", openapi_json, methods=["GET"]),
+        ],
+    )
+    app = Starlette(
+        routes=[
+            Route("/", home, methods=["GET"]),
+            *health.routes(),
+            api,
+            *page.routes(),
+            *_metrics_routes(),
+        ],
+        exception_handlers={
+            ApiError: api_error,
+            JobledgerError: domain_error,
+            HTTPException: http_error,
+        },
+        middleware=[Middleware(CatchAll)],
+    )
+    app.state.services = services
+    app.state.api_auth = authenticator
+    app.state.page_auth = page_authenticator
+    app.state.login = authenticator.lookup if isinstance(authenticator, ApiKeys) else None
+    app.state.csrf_secret = csrf_secret or secrets.token_bytes(32)
+    return app

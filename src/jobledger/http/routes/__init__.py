@@ -1,0 +1,1 @@
+"""Route modules: each exposes `routes() -> list[BaseRoute]`."""

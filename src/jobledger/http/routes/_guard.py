@@ -1,0 +1,100 @@
+"""Authentication, authorisation, request context and query parsing for API routes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from jobledger.context import request_context
+from jobledger.http.auth import Authenticator, Principal
+from jobledger.http.errors import ApiError, ValidationFailed
+from jobledger.http.services import Services
+
+Handler = Callable[[Request, Principal], Awaitable[Any]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def services(request: Request) -> Services:
+    svc: Services = request.app.state.services
+    return svc
+
+
+def traceparent_of(request: Request) -> str | None:
+    """A well-formed W3C `traceparent` header (all-zero trace ids are invalid), or None."""
+    value = request.headers.get("traceparent", "").strip().lower()
+    match = _TRACEPARENT.match(value)
+    if match is None or set(match.group(1)) == {"0"}:
+        return None
+    return value
+
+
+async def authorise(request: Request, authenticator: Authenticator, *, write: bool) -> Principal:
+    principal = await authenticator.authenticate(request)
+    if principal is None:
+        raise ApiError(
+            401, "unauthorized", "a valid API key is required (Authorization: Bearer <key>)",
+            headers={"WWW-Authenticate": 'Bearer realm="jobledger"'},
+        )
+    if write and not principal.is_admin:
+        raise ApiError(403, "forbidden", f"role {principal.role!r} may not change jobs or schedules")
+    return principal
+
+
+def api(*, write: bool = False) -> Callable[[Handler], Endpoint]:
+    """Wrap a handler: authenticate (401), check the role (403 on writes), then run it
+    under a request context carrying the principal as actor and the caller's trace."""
+
+    def decorate(handler: Handler) -> Endpoint:
+        @functools.wraps(handler)
+        async def endpoint(request: Request) -> Response:
+            principal = await authorise(request, request.app.state.api_auth, write=write)
+            with request_context(
+                traceparent=traceparent_of(request), actor=principal.actor()
+            ) as ctx:
+                result = await handler(request, principal)
+            response = result if isinstance(result, Response) else JSONResponse(result)
+            if ctx.trace_id:
+                response.headers["x-trace-id"] = ctx.trace_id
+            return response
+
+        return endpoint
+
+    return decorate
+
+
+def int_param(
+    request: Request, name: str, default: int, *, minimum: int, maximum: int
+) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    if not re.fullmatch(r"[+-]?\d{1,19}", text):
+        raise ValidationFailed(f"{name} must be an integer number")
+    value = int(text)
+    if value < minimum:
+        raise ValidationFailed(f"{name} must not be less than {minimum}")
+    if value > maximum:
+        raise ValidationFailed(f"{name} must not be greater than {maximum}")
+    return value
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    if not body.strip():
+        raise ValidationFailed("the request body must be a JSON object")
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValidationFailed(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValidationFailed("the request body must be a JSON object")
+    return value

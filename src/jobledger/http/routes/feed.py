@@ -1,0 +1,55 @@
+"""Reads beyond the reference: `/stats` and the auditors' `/events` feed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Route
+
+from jobledger.domain.jobs import JobStatus
+from jobledger.http.auth import Principal
+from jobledger.http.routes._guard import api, int_param, services
+from jobledger.http.serialize import event_json
+from jobledger.projections.stats import read_stats
+
+MAX_EVENTS = 1000
+MAX_POSITION = 2**62
+MAX_HOURS = 24 * 35
+
+
+@api()
+async def stats(request: Request, principal: Principal) -> dict[str, Any]:
+    """The stats projection's hourly outcomes of the last `hours` hours and the queue
+    per target (`jobledger.projections.stats.read_stats`), plus open jobs by status."""
+    hours = int_param(request, "hours", 24, minimum=1, maximum=MAX_HOURS)
+    svc = services(request)
+    body = await read_stats(svc.store, svc.clock.now(), hours=hours)
+    by_status = dict.fromkeys((s.value for s in JobStatus), 0)
+    for counts in body["queue"].values():
+        for status in by_status:
+            by_status[status] += counts[status.lower()]
+    body["by_status"] = by_status
+    return body
+
+
+@api()
+async def events(request: Request, principal: Principal) -> dict[str, Any]:
+    """The log after position `after`, oldest first; `next` is the cursor to pass on."""
+    after = int_param(request, "after", 0, minimum=0, maximum=MAX_POSITION)
+    limit = int_param(request, "limit", 100, minimum=1, maximum=MAX_EVENTS)
+    page = await services(request).store.read_log(after, limit=limit)
+    last = page[-1].position if page else None
+    return {
+        "data": [event_json(e) for e in page],
+        "after": after,
+        "next": last if last is not None else after,
+        "limit": limit,
+    }
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/stats", stats, methods=["GET"]),
+        Route("/events", events, methods=["GET"]),
+    ]

@@ -1,0 +1,32 @@
+"""What the HTTP layer needs from the engine, gathered by the composition root."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from jobledger.admin import JobAdmin
+from jobledger.clock import Clock
+from jobledger.domain.events import Actor
+from jobledger.domain.schedule_row import Schedule
+from jobledger.storage.port import Store
+
+
+class ScheduleAdmin(Protocol):
+    """The scheduler's admin commands (`jobledger.reactors.scheduler.Scheduler`).
+
+    Each raises NotFound for an unknown code; `set_cron_override` raises InvalidCron.
+    """
+
+    async def enable(self, code: str, actor: Actor | None) -> Schedule: ...
+    async def disable(self, code: str, actor: Actor | None) -> Schedule: ...
+    async def set_cron_override(self, code: str, cron: str, actor: Actor | None) -> Schedule: ...
+    async def clear_cron_override(self, code: str, actor: Actor | None) -> Schedule: ...
+
+
+@dataclass(slots=True)
+class Services:
+    store: Store
+    clock: Clock
+    jobs: JobAdmin
+    schedules: ScheduleAdmin | None = None
