@@ -77,6 +77,10 @@ def claim(job: Job, clock: FakeClock, *, pod: str = "pod-a", exclusive: bool = F
     )
 
 
+def renew(job: Job, clock: FakeClock) -> Change:
+    return jobs.renew_lease(job, lease=LEASE, stamp=Stamp(clock.now()))
+
+
 def dispatch(job: Job, clock: FakeClock, *, pod: str = "pod-a") -> Change:
     return jobs.dispatch(job, token=new_token(), pod=pod, stamp=Stamp(clock.now()))
 

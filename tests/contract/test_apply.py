@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobledger.clock import FakeClock
-from jobledger.domain.jobs import JobStatus, Lane
+from jobledger.domain.jobs import Job, JobStatus, Lane
 from jobledger.engine import Engine
 from jobledger.storage.port import LeaseGuard, Store
 from tests.contract.helpers import (
@@ -30,7 +30,7 @@ async def test_apply_writes_events_and_the_row_they_leave(
     change = new_job(clock, key="K", dedupe_key="d-1")
     assert await store.apply([change]) == [True]
     job = await store.get_job(change.stream.removeprefix("job:"))
-    assert job == change.row
+    assert job is not None and job == change.row
     clock.advance(seconds=5)
     dispatched = dispatch(job, clock)
     assert await store.apply([dispatched]) == [True]
@@ -113,7 +113,7 @@ async def test_lease_guard_drops_only_the_changes_of_unheld_partitions(
     seeded: Store, engine: Engine, clock: FakeClock
 ) -> None:
     store = seeded
-    jobs_by_partition = {}
+    jobs_by_partition: dict[int, Job] = {}
     n = 0
     while len(jobs_by_partition) < 2:
         job = await enqueue(engine, FAST, key=f"K{n}", dedupe_key=f"d-{n}")
