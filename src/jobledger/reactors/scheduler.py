@@ -396,7 +396,10 @@ class Scheduler:
                 await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for waiter in (sleeper, woken):
-                    waiter.cancel()
+                    if not waiter.done():
+                        waiter.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await waiter
 
     async def _watch_feed(self) -> None:
         try:

@@ -1,0 +1,156 @@
+"""Partition leases: which pod runs which fast-lane partition (reference
+partition_lease.service.ts, §6 "Partition lease heartbeat", §9).
+
+Every `heartbeat_s` a pod writes its liveness row, renews the leases it holds
+(`partition_lease_s`), and moves toward its fair share (`domain.policies.share_target`):
+ceil(P / live pods), or max(floor, 1) while another live pod is below the floor. Takes
+are one atomic `store.take_partition` each, so two pods never hold one partition; a
+busy partition (a batch in progress) is never released. Leases and liveness rows are
+coordination state: plain compare-and-set rows, no events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from jobledger.clock import Clock
+from jobledger.domain.policies import share_target
+from jobledger.observe import Observer
+from jobledger.reactors.waiting import wait_for
+from jobledger.settings import Settings
+from jobledger.storage.port import Store
+
+logger = logging.getLogger("jobledger.leases")
+
+
+def make_pod_id() -> str:
+    """hostname:pid:uuid8 (reference partition_lease.service.ts:11)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class PartitionListener(Protocol):
+    """The fast lane, as the lease keeper sees it."""
+
+    async def acquired(self, partition: int, until: datetime) -> None: ...
+    async def renewed(self, partitions: Iterable[int], until: datetime) -> None: ...
+    async def lost(self, partition: int) -> None: ...
+    async def release(self, partition: int) -> None: ...
+    def busy(self, partition: int) -> bool: ...
+
+
+class PartitionLeases:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        settings: Settings,
+        pod: str,
+        listener: PartitionListener,
+        observers: Observer,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.pod = pod
+        self.listener = listener
+        self.observers = observers
+        self.owned: dict[int, datetime] = {}
+        self._rng = random.Random(pod)
+        self._stop = asyncio.Event()
+
+    @property
+    def partitions(self) -> int:
+        return self.settings.partitions
+
+    async def start(self) -> None:
+        """Seed the lease rows (idempotent, race-safe in the store) and take a share."""
+        await self.store.seed_partitions(self.partitions)
+        await self.tick()
+
+    async def run(self) -> None:
+        """The heartbeat loop; ends when `stop()` is called."""
+        while not self._stop.is_set():
+            await wait_for(self._stop, self.clock, self.settings.heartbeat_s)
+            if self._stop.is_set():
+                break
+            try:
+                await self.tick()
+            except Exception:
+                logger.exception("partition lease heartbeat failed; retrying next beat")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def tick(self) -> None:
+        """One heartbeat: liveness, renewals, then rebalance toward the fair share."""
+        now = self.clock.now()
+        until = now + timedelta(seconds=self.settings.partition_lease_s)
+        await self.store.heartbeat(self.pod, now)
+        await self._renew(now, until)
+        await self._rebalance(now, until)
+        self.observers.partitions_owned(self.pod, len(self.owned))
+
+    async def _renew(self, now: datetime, until: datetime) -> None:
+        if not self.owned:
+            return
+        held = set(await self.store.renew_partitions(self.pod, sorted(self.owned), now, until))
+        for partition in sorted(set(self.owned) - held):
+            logger.warning("partition %d lease lost by %s", partition, self.pod)
+            self.owned.pop(partition, None)
+            await self.listener.lost(partition)
+        for partition in held:
+            self.owned[partition] = until
+        if held:
+            await self.listener.renewed(sorted(held), until)
+
+    async def _rebalance(self, now: datetime, until: datetime) -> None:
+        live = set(await self.store.live_workers(now - timedelta(seconds=self.settings.worker_live_s)))
+        live.add(self.pod)
+        leases = await self.store.leases()
+        counts = dict.fromkeys(live, 0)
+        free: list[int] = []
+        for lease in leases:
+            expired = lease.lease_until is None or lease.lease_until <= now
+            if lease.owner is None or expired:
+                if lease.partition not in self.owned:
+                    free.append(lease.partition)
+            elif lease.owner in counts:
+                counts[lease.owner] += 1
+        mine = len(self.owned)
+        others = [count for pod, count in counts.items() if pod != self.pod]
+        target = share_target(len(live), others, mine, self.partitions)
+        if mine < target:
+            self._rng.shuffle(free)
+            for partition in free:
+                if len(self.owned) >= target:
+                    break
+                if await self.store.take_partition(partition, self.pod, now, until):
+                    self.owned[partition] = until
+                    await self.listener.acquired(partition, until)
+        elif mine > target:
+            for partition in sorted(self.owned, reverse=True):
+                if len(self.owned) <= target:
+                    break
+                if self.listener.busy(partition):
+                    continue  # never release a partition with a batch in progress
+                await self.listener.release(partition)
+                await self.store.release_partitions(self.pod, [partition])
+                self.owned.pop(partition, None)
+
+    async def release_all(self) -> None:
+        """Clean shutdown: stop every partition, release the leases, drop liveness."""
+        for partition in sorted(self.owned):
+            await self.listener.release(partition)
+        if self.owned:
+            await self.store.release_partitions(self.pod, sorted(self.owned))
+        self.owned.clear()
+        await self.store.remove_worker(self.pod)
+        self.observers.partitions_owned(self.pod, 0)

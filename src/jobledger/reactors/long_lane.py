@@ -1,0 +1,231 @@
+"""The long lane: handlers that take minutes (reference long_lane.worker.ts, §6, §9).
+
+A reserve takes up to `long_batch` rows under one claim token (`jobs.claim`) with a
+`long_lease_s` lease; rows RUNNING past their lease are taken back through
+`jobs.reclaim_expired` (at-least-once → run again from the start, at-most-once → DEAD:
+the first run may have finished, closing G6). Each batch runs in a background task
+whose heartbeat renews the lease every `long_heartbeat_s`, so a 7-minute run is never
+reclaimed. Exclusive targets (every schedule) have at most one RUNNING row per code
+across pods: the reserve skips live `running_codes`, and the store's uniqueness on
+`running_code` settles races. Every write is a compare-and-set on the row, so a pod
+whose claim was taken over cannot write a stale outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from jobledger.domain import jobs
+from jobledger.domain.events import SYSTEM
+from jobledger.domain.jobs import Job, JobStatus, Lane, Outcome, Stamp
+from jobledger.domain.lanes import TargetView, pick_long
+from jobledger.ids import new_token
+from jobledger.reactors.outcome import OutcomePath
+from jobledger.reactors.waiting import safety_poll_s, wait_for
+
+if TYPE_CHECKING:
+    from jobledger.engine import Engine
+
+logger = logging.getLogger("jobledger.long_lane")
+
+#: candidates read per reserve, so busy exclusive codes do not crowd out other rows
+CANDIDATE_FACTOR = 10
+
+
+class LongLane:
+    def __init__(
+        self, engine: Engine, pod: str, outcomes: OutcomePath, *, max_running: int = 100
+    ) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.clock = engine.clock
+        self.settings = engine.settings
+        self.pod = pod
+        self.outcomes = outcomes
+        self.pauses = outcomes.pauses
+        self.max_running = max_running
+        self.event = asyncio.Event()
+        self.event.set()
+        self.stopping = False
+        self.current: dict[str, Job] = {}  # rows this pod runs, as last written
+        self.batches: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()  # renewals and outcomes of a row never interleave
+        self._task: asyncio.Task[None] | None = None
+
+    # --- life cycle --------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="jobledger-long-lane")
+
+    def wake(self) -> None:
+        self.event.set()
+
+    async def stop(self) -> None:
+        """Take no more rows and wait for the running batches (SIGTERM path)."""
+        self.stopping = True
+        self.event.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.drain()
+
+    async def drain(self) -> None:
+        while self.batches:
+            await asyncio.gather(*list(self.batches), return_exceptions=True)
+
+    async def run(self) -> None:
+        while not self.stopping:
+            await wait_for(self.event, self.clock, await self._idle_timeout())
+            self.event.clear()
+            if self.stopping:
+                break
+            try:
+                reserved = await self.reserve()
+            except Exception:
+                logger.exception("long lane reserve failed; backing off")
+                await self.clock.sleep(1.0)
+                self.event.set()
+                continue
+            if reserved:
+                self.start_batch(reserved)
+                self.event.set()  # there may be more
+
+    async def _idle_timeout(self) -> float:
+        timeout = safety_poll_s(self.settings.safety_poll_s)
+        if self.event.is_set():
+            return timeout
+        now = self.clock.now()
+        due = await self.store.next_due([], Lane.LONG)
+        if due is not None and due > now:
+            timeout = min(timeout, (due - now).total_seconds())
+        probe = self.pauses.next_probe(set(self.pauses.paused()))
+        if probe is not None:
+            timeout = min(timeout, max((probe - now).total_seconds(), 0.0))
+        return timeout
+
+    # --- reserve -----------------------------------------------------------------------
+    def _views(self, rows: list[Job]) -> dict[str, TargetView]:
+        views: dict[str, TargetView] = {}
+        for job in rows:
+            target = self.engine.targets.find(job.target)
+            if target is None or target.lane != Lane.LONG or job.target in views:
+                continue
+            views[job.target] = TargetView(
+                target.delivery_mode,
+                paused=self.pauses.is_paused(job.target),
+                probe_due=self.pauses.probe_due(job.target),
+                exclusive=target.exclusive,
+            )
+        return views
+
+    async def reserve(self) -> list[Job]:
+        """Claim up to `long_batch` rows under one token; the rows now RUNNING here."""
+        room = min(self.settings.long_batch, self.max_running - len(self.current))
+        if room <= 0 or self.stopping:
+            return []
+        now = self.clock.now()
+        candidates = await self.store.long_candidates(
+            now, limit=self.settings.long_batch * CANDIDATE_FACTOR
+        )
+        if not candidates:
+            return []
+        codes = await self.store.running_codes(now)
+        views = self._views(candidates)
+        picked = pick_long(candidates, now, views, codes, room)
+        if not picked:
+            return []
+        token = new_token()
+        lease = timedelta(seconds=self.settings.long_lease_s)
+        stamp = Stamp(now, SYSTEM, None)
+        decided: list[tuple[Job, Outcome]] = []
+        for job in picked:
+            view = views[job.target]
+            if view.paused:
+                self.pauses.take_probe(job.target)
+            job_stamp = Stamp(stamp.at, SYSTEM, job.trace_id)
+            if job.status == JobStatus.RUNNING:
+                outcome = jobs.reclaim_expired(
+                    job, view.mode, token=token, pod=self.pod, lease=lease,
+                    exclusive=view.exclusive, stamp=job_stamp,
+                )
+            else:
+                change = jobs.claim(
+                    job, token=token, pod=self.pod, lease=lease, exclusive=view.exclusive,
+                    stamp=job_stamp,
+                )
+                outcome = Outcome(change, "claimed")
+            decided.append((job, outcome))
+        flags = await self.store.apply([o.change for _, o in decided])
+        claimed: list[Job] = []
+        for (job, outcome), ok in zip(decided, flags, strict=True):
+            if not ok:
+                continue  # another pod, or the running_code uniqueness, won the race
+            if outcome.dead:
+                self.outcomes.log_run(job, "dead", 0.0, job.attempts, job.last_error)
+                self.outcomes.dead(job, "lease expired while running; the first run may"
+                                   " have finished", job.last_error)
+                continue
+            row = outcome.change.row
+            assert isinstance(row, Job)
+            self.current[row.id] = row
+            claimed.append(row)
+        return claimed
+
+    # --- running a batch -------------------------------------------------------------------
+    def start_batch(self, rows: list[Job]) -> asyncio.Task[None]:
+        task = asyncio.create_task(self.run_batch(rows), name="jobledger-long-batch")
+        self.batches.add(task)
+        task.add_done_callback(self.batches.discard)
+        return task
+
+    async def run_batch(self, rows: list[Job]) -> None:
+        ids = [row.id for row in rows]
+        beat = asyncio.create_task(self._heartbeat(ids), name="jobledger-long-heartbeat")
+        try:
+            await asyncio.gather(*(self._run_row(row) for row in rows))
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            self.event.set()  # codes freed, room made: look again
+
+    async def _run_row(self, row: Job) -> None:
+        target = self.engine.targets.find(row.target)
+        if target is None:  # pragma: no cover - reserve only picks registered targets
+            self.current.pop(row.id, None)
+            return
+        try:
+            run = await self.outcomes.run(target, row)
+            async with self._lock:
+                latest = self.current.pop(row.id, row)
+                outcome = self.outcomes.judge(target, latest, run)
+                (ok,) = await self.store.apply([outcome.change])
+            self.outcomes.finish(latest, run, outcome, ok)
+        except Exception:
+            self.current.pop(row.id, None)
+            logger.exception("long lane: writing the outcome of job %s failed", row.id)
+
+    async def _heartbeat(self, ids: list[str]) -> None:
+        lease = timedelta(seconds=self.settings.long_lease_s)
+        while True:
+            await self.clock.sleep(self.settings.long_heartbeat_s)
+            async with self._lock:
+                rows = [self.current[i] for i in ids if i in self.current]
+                if not rows:
+                    return
+                stamp = Stamp(self.clock.now(), SYSTEM, None)
+                changes = [jobs.renew_lease(r, lease=lease, stamp=stamp) for r in rows]
+                try:
+                    flags = await self.store.apply(changes)
+                except Exception:
+                    logger.exception("long lane: lease renewal failed; retrying next beat")
+                    continue
+                for row, change, ok in zip(rows, changes, flags, strict=True):
+                    if ok and isinstance(change.row, Job):
+                        self.current[row.id] = change.row
+                    elif not ok:
+                        # taken over by another pod: its outcome would lose the CAS anyway
+                        logger.warning("long lane: claim on job %s was taken over", row.id)

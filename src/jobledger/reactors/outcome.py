@@ -1,0 +1,140 @@
+"""The one outcome path both lanes share (reference `JobOutcome`, §4 handler errors).
+
+    run      the handler inside the job's context, its exception classified
+    decide   domain.jobs.decide_outcome with the target's policy (pure)
+    finish   after the store applied (or refused) the change: pause or resume the target,
+             one `job run` log line, observers, and the `job dead alert` on DEAD
+
+The lanes only choose *when* to run and *how many* changes share a commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from jobledger.context import job_context
+from jobledger.domain import jobs
+from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
+from jobledger.domain.events import SYSTEM
+from jobledger.domain.jobs import Job, Outcome, OutcomePolicy, Result, RunResult, Stamp
+from jobledger.observe import RunRecord
+from jobledger.reactors.pause import PauseMap
+from jobledger.targets.registry import Target
+
+if TYPE_CHECKING:
+    from jobledger.engine import Engine
+
+run_log = logging.getLogger("jobledger.run")
+
+
+def classify(exc: BaseException | None, duration_ms: float) -> RunResult:
+    """How a handler's run ended, from what it raised (None: it returned)."""
+    if exc is None:
+        return RunResult(Result.OK, duration_ms=duration_ms)
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, SkipRun):
+        return RunResult(Result.SKIPPED, error=exc.reason, duration_ms=duration_ms)
+    if isinstance(exc, TargetUnreachable):
+        return RunResult(Result.UNREACHABLE, error=text, duration_ms=duration_ms)
+    if isinstance(exc, TargetOutcomeUnknown):
+        return RunResult(
+            Result.UNKNOWN, error=text, target_up=exc.target_up, duration_ms=duration_ms
+        )
+    if getattr(exc, "dead_now", False) is True:
+        return RunResult(Result.DEAD_NOW, error=text, duration_ms=duration_ms)
+    return RunResult(Result.ANSWERED, error=text, duration_ms=duration_ms)
+
+
+class OutcomePath:
+    def __init__(self, engine: Engine, pauses: PauseMap) -> None:
+        self.engine = engine
+        self.pauses = pauses
+
+    async def run(self, target: Target, job: Job) -> RunResult:
+        """Run `target`'s handler for `job` under the enqueuer's trace and actor."""
+        started = time.perf_counter()
+        error: BaseException | None = None
+        with job_context(job.trace_id, job.traceparent, job.actor):
+            try:
+                await target.handler(job)
+            except Exception as exc:  # every handler failure is classified, none escapes
+                error = exc
+        return classify(error, (time.perf_counter() - started) * 1000.0)
+
+    def policy(self, target: Target, job: Job) -> OutcomePolicy:
+        return OutcomePolicy(
+            target.delivery_mode,
+            self.engine.targets.max_attempts(job.code),
+            self.engine.settings.retry_delays_minutes,
+        )
+
+    def judge(self, target: Target, job: Job, run: RunResult) -> Outcome:
+        """The decision for one run, and its effect on the target's pause state.
+
+        The pause takes effect at once, before the change is written, so the rest of
+        the target's batch is skipped while the commit is still on its way.
+        """
+        stamp = Stamp(self.engine.clock.now(), SYSTEM, job.trace_id)
+        outcome = jobs.decide_outcome(job, run, self.policy(target, job), stamp)
+        if outcome.pause_target:
+            self.pauses.pause(job.target)
+        elif run.result in (Result.OK, Result.ANSWERED, Result.SKIPPED):
+            self.pauses.resume(job.target)  # the target answered
+        return outcome
+
+    def finish(self, job: Job, run: RunResult, outcome: Outcome, applied: bool) -> None:
+        """The run line, observers and the DEAD alert once the change was written (or
+        lost its compare-and-set to a takeover: result=lost)."""
+        label = outcome.label if applied else "lost"
+        row = outcome.change.row if isinstance(outcome.change.row, Job) else None
+        attempts = row.attempts if row is not None else _attempts_of(outcome, job)
+        self.log_run(job, label, run.duration_ms, attempts, run.error)
+        if applied and outcome.dead:
+            self.dead(row or job, _reason_of(outcome), run.error)
+
+    def log_run(
+        self, job: Job, label: str, duration_ms: float, attempts: int, error: str | None
+    ) -> None:
+        run_log.info(
+            "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f result=%s",
+            job.code, job.target, job.dedupe_key, attempts, duration_ms, label,
+            extra={
+                "job_id": job.id, "code": job.code, "target": job.target,
+                "dedupe_key": job.dedupe_key, "attempts": attempts,
+                "duration_ms": round(duration_ms, 3), "result": label, "error": error,
+            },
+        )
+        self.engine.observers.run_finished(
+            RunRecord(job, label, duration_ms, attempts, error, self.engine.clock.now())
+        )
+
+    def dead(self, job: Job, reason: str, error: str | None) -> None:
+        """The DEAD alert: an error-level line and `observers.job_dead` (every DEAD)."""
+        run_log.error(
+            "job dead alert code=%s target=%s dedupe_key=%s attempts=%d reason=%s error=%s",
+            job.code, job.target, job.dedupe_key, job.attempts, reason, error,
+            extra={
+                "job_id": job.id, "code": job.code, "target": job.target,
+                "dedupe_key": job.dedupe_key, "attempts": job.attempts,
+                "reason": reason, "error": error, "result": "dead",
+            },
+        )
+        self.engine.observers.job_dead(job, reason, error)
+
+
+def _reason_of(outcome: Outcome) -> str:
+    for event in outcome.change.events:
+        reason = event.data.get("reason")
+        if isinstance(reason, str):
+            return reason
+    return outcome.label
+
+
+def _attempts_of(outcome: Outcome, job: Job) -> int:
+    for event in outcome.change.events:
+        attempts = event.data.get("attempts")
+        if isinstance(attempts, int):
+            return attempts
+    return job.attempts

@@ -1,0 +1,42 @@
+"""Waiting on a wake-up or a timer, through the injected clock.
+
+`wait_for` returns as soon as `event` is set (the feed path: no sleep, no poll) or when
+`timeout_s` passed on the clock (a retry timer, a probe, the safety poll). Tests use
+`FakeClock`, so timers fire when the test moves the clock, never in real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+
+from jobledger.clock import Clock
+
+MIN_IDLE_POLL_S = 5.0
+
+
+async def wait_for(event: asyncio.Event, clock: Clock, timeout_s: float | None) -> bool:
+    """Wait until `event` is set or `timeout_s` passed; True when the event was set."""
+    if event.is_set():
+        return True
+    if timeout_s is None:
+        await event.wait()
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(clock.sleep(max(timeout_s, 0.0)))
+    try:
+        await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, sleeper):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    return event.is_set()
+
+
+def safety_poll_s(configured_s: float, rng: random.Random | None = None) -> float:
+    """The jittered safety poll (±20 %), never more often than every 5 s when idle."""
+    jitter = (rng or random).uniform(0.8, 1.2)
+    return max(configured_s * jitter, MIN_IDLE_POLL_S)
