@@ -301,21 +301,29 @@ class PostgresStore(Store):
         return found[0] if found else None
 
     async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
+        page_sql, count_sql, params = self.list_sql(flt)
+        page = await self._jobs(page_sql, {**params, "offset": offset, "limit": limit})
+        total = await self._value(count_sql, params)
+        return page, int(total)
+
+    def list_sql(self, flt: JobFilter) -> tuple[str, str, dict[str, Any]]:
+        """(page query, count query, parameters) of the admin listing, newest first.
+
+        Only the filters given appear in the SQL, so each one can use its index.
+        """
         where: list[str] = ["TRUE"]
-        params: dict[str, Any] = {"offset": offset, "limit": limit}
+        params: dict[str, Any] = {}
         for name in ("status", "target", "code", "key"):
             value = getattr(flt, name)
             if value is not None:
                 where.append(f"{name} = %({name})s")
                 params[name] = str(value)
         cond = " AND ".join(where)
-        page = await self._jobs(
+        page = (
             f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs WHERE {cond}"
-            " ORDER BY id DESC OFFSET %(offset)s LIMIT %(limit)s",
-            params,
+            " ORDER BY id DESC OFFSET %(offset)s LIMIT %(limit)s"
         )
-        total = await self._value(f"SELECT count(*) FROM {self.s}.jobs WHERE {cond}", params)
-        return page, int(total)
+        return page, f"SELECT count(*) FROM {self.s}.jobs WHERE {cond}", params
 
     async def all_jobs(self) -> list[Job]:
         return await self._jobs(f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs ORDER BY id")

@@ -1,0 +1,89 @@
+"""PostgreSQL adapter under connection loss: the feed reconnects, the pool recovers,
+and a transaction cut off by the server leaves nothing half-written."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from jobledger.clock import FakeClock
+from jobledger.domain.jobs import Lane
+from jobledger.storage.port import EVERYTHING, Wake
+from jobledger.storage.postgres import PostgresStore
+from tests.factories.postgres import business_count, business_write, make_store
+from tests.integration.test_postgres_store import new_job
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
+    async with make_store(tmp_path, pool_min=1, pool_max=1, listen_retry_s=0.05) as store:
+        assert isinstance(store, PostgresStore)
+        yield store
+
+
+async def terminate(dsn: str, pid: int) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        cur = await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert (await cur.fetchone()) == (True,)
+
+
+async def pooled_pid(store: PostgresStore) -> int:
+    async with store.pool.connection() as conn:
+        return conn.info.backend_pid
+
+
+async def test_the_listen_connection_survives_termination_and_wakes_again(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    feed = pg.feed()
+    waiting = asyncio.ensure_future(asyncio.wait_for(anext(feed), 10))
+    await asyncio.sleep(0)
+    old = pg.listener.backend_pid
+    assert old is not None
+    await terminate(pg.dsn, old)
+    # notifications may have been missed while it was down: everything is woken
+    assert await waiting == EVERYTHING
+    assert pg.listener.reconnects == 1
+    assert pg.listener.backend_pid not in (None, old)
+
+    waiting = asyncio.ensure_future(asyncio.wait_for(anext(feed), 10))
+    await asyncio.sleep(0)
+    change = new_job(clock, key="after-reconnect")
+    await pg.apply([change])
+    assert await waiting == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False)
+
+
+async def test_apply_works_right_after_its_pooled_connection_was_terminated(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    pid = await pooled_pid(pg)
+    await terminate(pg.dsn, pid)
+    # the checkout check sees the dead idle connection; the pool hands out a new one
+    assert await pg.apply([new_job(clock)]) == [True]
+    assert await pooled_pid(pg) != pid
+    assert len(await pg.all_jobs()) == 1
+
+
+async def test_a_transaction_cut_off_by_the_server_leaves_nothing_and_the_next_call_works(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    lost = new_job(clock, key="lost")
+    with pytest.raises(psycopg.OperationalError):
+        async with pg.transaction() as tx:
+            await business_write(tx, "half")
+            assert await pg.append_in(tx, [lost]) == [True]
+            await terminate(pg.dsn, tx.native.info.backend_pid)
+            # the commit (or the next statement) finds the connection gone
+    assert await pg.all_jobs() == []
+    assert await pg.read_log(0, limit=10) == []
+    assert await pg.seen_dedupe_keys([lost.row.dedupe_key]) == set()
+    assert await business_count(pg) == 0
+    # the broken connection was discarded; the same dedupe key is still free
+    assert await pg.apply([lost]) == [True]
+    assert [j.id for j in await pg.all_jobs()] == [lost.row.id]
