@@ -93,7 +93,7 @@ async def test_hot_queries_use_their_indexes_on_a_realistic_queue(big: PostgresS
 
 async def lane_reads_and_timers(big: PostgresStore) -> None:
     q = big.sql
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str]] = [
         (q.fast_pending_first, {"p": 5, "limit": 100}, "jobs_fast_pending"),
         (q.fast_pending_after, {"p": 5, "limit": 100, "after": b"k2500"}, "jobs_fast_pending"),
         (q.long_candidates, {"now": NOW, "limit": 10}, "jobs_long_pending"),
@@ -142,6 +142,6 @@ async def admin_filters(big: PostgresStore) -> None:
         check(await explain(big, page, {**params, "offset": 0, "limit": 100}), index)
         if flt != JobFilter():  # an unfiltered total counts every open job
             check(await explain(big, count, params), index)
-    page, total = await big.list_jobs(JobFilter(key="k42"), offset=0, limit=100)
-    assert total == ROWS // 5000 and len(page) == total
-    assert [j.id for j in page] == sorted((j.id for j in page), reverse=True)
+    rows, total = await big.list_jobs(JobFilter(key="k42"), offset=0, limit=100)
+    assert total == ROWS // 5000 and len(rows) == total
+    assert [j.id for j in rows] == sorted((j.id for j in rows), reverse=True)
