@@ -441,3 +441,21 @@ async def test_unknown_route_and_wrong_method(w: World) -> None:
         wrong = await http.delete("/api/v1/jobs", headers=ADMIN)
         assert_error(wrong, 405, "method_not_allowed")
         assert "GET" in wrong.headers["allow"]
+
+
+async def test_unknown_query_parameters_are_refused(w: World) -> None:
+    async with client(w.app) as http:
+        response = await http.get("/api/v1/jobs", params={"stauts": "DEAD"}, headers=ADMIN)
+        assert_error(response, 400, "validation_failed")
+        assert response.json()["message"] == ["property stauts should not exist"]
+        job_id = await w.dead()
+        response = await http.post(f"/api/v1/jobs/{job_id}/retry?force=1", headers=ADMIN)
+        assert_error(response, 400, "validation_failed")
+    assert (await w.job(job_id)).status == jobs.JobStatus.DEAD
+
+
+async def test_405_lists_every_method_of_the_resource(w: World) -> None:
+    async with client(w.app) as http:
+        response = await http.post("/api/v1/schedules/cleanup/cron_override", headers=ADMIN)
+    assert_error(response, 405, "method_not_allowed")
+    assert set(response.headers["allow"].split(", ")) == {"PUT", "DELETE"}

@@ -48,14 +48,22 @@ async def authorise(request: Request, authenticator: Authenticator, *, write: bo
     return principal
 
 
-def api(*, write: bool = False) -> Callable[[Handler], Endpoint]:
-    """Wrap a handler: authenticate (401), check the role (403 on writes), then run it
-    under a request context carrying the principal as actor and the caller's trace."""
+def api(*, write: bool = False, query: tuple[str, ...] = ()) -> Callable[[Handler], Endpoint]:
+    """Wrap a handler: authenticate (401), check the role (403 on writes), refuse query
+    parameters the route does not know (400, so `?stauts=DEAD` is not silently an
+    unfiltered list), then run it under a request context carrying the principal as
+    actor and the caller's trace."""
+    known = frozenset(query)
 
     def decorate(handler: Handler) -> Endpoint:
         @functools.wraps(handler)
         async def endpoint(request: Request) -> Response:
             principal = await authorise(request, request.app.state.api_auth, write=write)
+            unknown = sorted(set(request.query_params) - known)
+            if unknown:
+                raise ValidationFailed(
+                    [f"property {name} should not exist" for name in unknown[:10]]
+                )
             with request_context(
                 traceparent=traceparent_of(request), actor=principal.actor()
             ) as ctx:

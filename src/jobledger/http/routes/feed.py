@@ -18,7 +18,7 @@ MAX_POSITION = 2**62
 MAX_HOURS = 24 * 35
 
 
-@api()
+@api(query=("hours",))
 async def stats(request: Request, principal: Principal) -> dict[str, Any]:
     """The stats projection's hourly outcomes of the last `hours` hours and the queue
     per target (`jobledger.projections.stats.read_stats`), plus open jobs by status."""
@@ -33,7 +33,7 @@ async def stats(request: Request, principal: Principal) -> dict[str, Any]:
     return body
 
 
-@api()
+@api(query=("after", "limit"))
 async def events(request: Request, principal: Principal) -> dict[str, Any]:
     """The log after position `after`, oldest first; `next` is the cursor to pass on."""
     after = int_param(request, "after", 0, minimum=0, maximum=MAX_POSITION)

@@ -32,7 +32,7 @@ def job_filter(request: Request) -> JobFilter:
     )
 
 
-@api()
+@api(query=("status", "target", "code", "key", "page", "limit"))
 async def list_jobs(request: Request, principal: Principal) -> dict[str, Any]:
     flt = job_filter(request)
     page = int_param(request, "page", 1, minimum=1, maximum=MAX_PAGE)

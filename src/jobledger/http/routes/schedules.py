@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from jobledger.domain.errors import NotFound
@@ -57,11 +58,16 @@ async def clear_override(request: Request, principal: Principal) -> dict[str, An
     return schedule_json(row)
 
 
+async def cron_override(request: Request) -> Response:
+    """One route for PUT and DELETE, so a 405 lists both in `Allow`."""
+    endpoint = set_override if request.method == "PUT" else clear_override
+    return await endpoint(request)
+
+
 def routes() -> list[BaseRoute]:
     return [
         Route("/schedules", list_schedules, methods=["GET"]),
         Route("/schedules/{code}/enable", enable, methods=["POST"]),
         Route("/schedules/{code}/disable", disable, methods=["POST"]),
-        Route("/schedules/{code}/cron_override", set_override, methods=["PUT"]),
-        Route("/schedules/{code}/cron_override", clear_override, methods=["DELETE"]),
+        Route("/schedules/{code}/cron_override", cron_override, methods=["PUT", "DELETE"]),
     ]
