@@ -111,19 +111,10 @@ class Runtime:
 
     async def run_forever(self) -> None:
         """Run until SIGTERM or SIGINT, then stop cleanly."""
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        installed: list[signal.Signals] = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
         try:
             await self.start()
-            await stop.wait()
+            await wait_for_signal()
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
             await self.stop()
 
     # --- the wake path ------------------------------------------------------------------
@@ -151,6 +142,22 @@ class Runtime:
                 ready.set()
                 self.dispatch(Wake())
                 await self.engine.clock.sleep(1.0)
+
+
+async def wait_for_signal(signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    """Return once one of `signals` arrives (the SIGTERM path of a pod)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed: list[signal.Signals] = []
+    for sig in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
 
 
 async def _mark_ready(ready: asyncio.Event) -> None:

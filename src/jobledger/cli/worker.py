@@ -1,0 +1,95 @@
+"""`jobledger worker`: run the lanes (and the schedule ticker) of one pod until SIGTERM.
+
+    jobledger --store sqlite:///jobs.db worker --app myapp.jobs:setup
+
+`--app module:function` names the function that registers your targets and schedules.
+It is called once, before anything starts, with the engine — and, when it takes a
+second parameter, with the whole app (`app.scheduler.declare(...)`):
+
+    def setup(engine, app=None):
+        engine.targets.register("kafka:orders", "fast", send_order)
+        if app is not None:
+            app.scheduler.declare("nightly", "0 2 * * *", nightly)
+
+Settings come from the config file (`--config`/JOBLEDGER_CONFIG) and the environment
+(`JOBLEDGER_<NAME>`, `JOBS_WORKERS=off` for an enqueue-only pod); the store from
+`--store`/JOBLEDGER_STORE. SIGTERM or SIGINT stops taking work, finishes what is in
+flight, releases the partitions and removes the pod's liveness row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from jobledger.domain.errors import ConfigError
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "worker", help="run the fast lane, the long lane and the schedule ticker",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--app", default=None, help="module:function that registers targets")
+    parser.add_argument("--pod-id", default=None, help="pod id (default hostname:pid:uuid8)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.set_defaults(func=run)
+
+
+def load_app_function(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--app {spec!r}: expected module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--app {spec!r}: cannot import {module_name}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"--app {spec!r}: {attr} is not a function of {module_name}")
+    return fn  # type: ignore[no-any-return]
+
+
+def _call_setup(fn: Callable[..., Any], app: Any) -> Any:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    return fn(app.engine, app) if len(params) >= 2 else fn(app.engine)
+
+
+def run(args: argparse.Namespace) -> int:
+    from jobledger.app import build
+    from jobledger.config import load_settings
+    from jobledger.reactors.runtime import wait_for_signal
+
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    settings = load_settings(file=args.config)
+    app = build(settings, url=args.store, pod_id=args.pod_id)
+    setup = load_app_function(args.app) if args.app else None
+
+    async def main() -> None:
+        if setup is not None:
+            result = _call_setup(setup, app)
+            if inspect.isawaitable(result):
+                await result
+        try:
+            await app.start()
+            pod = getattr(app.runtime, "pod", "?")
+            logging.getLogger("jobledger.worker").info(
+                "worker %s running (workers %s)", pod, "on" if settings.workers else "off"
+            )
+            await wait_for_signal()
+        finally:
+            await app.stop()
+
+    asyncio.run(main())
+    return 0
