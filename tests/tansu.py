@@ -7,8 +7,7 @@ it skips (with the reason) only when the binary is not installed.
 
 Reuse it from another test module (the chaos harness) with::
 
-    from tests.tansu import tansu  # noqa: F401  (the fixture)
-    from tests.tansu import Tansu, consume
+    from tests.tansu import Tansu, consume, tansu_fixture  # noqa: F401  (fixture `tansu`)
 
 Outside pytest: `async with Tansu.running(tmp_dir) as broker: ...`.
 """
@@ -116,6 +115,14 @@ class Tansu:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
         self.frozen = True
+        # the signal is asynchronous: wait until the kernel reports the process stopped
+        stat = Path(f"/proc/{self.proc.pid}/stat")
+        deadline = time.monotonic() + 2.0
+        while stat.exists() and time.monotonic() < deadline:
+            state = stat.read_text().rsplit(")", 1)[-1].split()[0]
+            if state in ("T", "t"):
+                return
+            time.sleep(0.001)
 
     def thaw(self) -> None:
         assert self.proc is not None
@@ -128,9 +135,8 @@ class Tansu:
         if proc is None:
             return
         if proc.poll() is None:
-            if self.frozen:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGCONT)
+            # SIGKILL also ends a stopped process; no SIGCONT first, or a frozen broker
+            # could answer a pending request before it dies
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         proc.wait(timeout=10)
@@ -148,8 +154,8 @@ class Tansu:
             return ""
 
 
-@pytest.fixture
-async def tansu(tmp_path: Path) -> AsyncIterator[Tansu]:
+@pytest.fixture(name="tansu")
+async def tansu_fixture(tmp_path: Path) -> AsyncIterator[Tansu]:
     """A running tansu broker, killed after the test whatever happened."""
     binary = tansu_binary()
     if binary is None:

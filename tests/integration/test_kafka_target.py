@@ -1,0 +1,218 @@
+"""The Kafka target against a real broker (tansu): records, topics and every error class.
+
+The handler is called directly here, inside the job context the lanes open; the
+end-to-end tests through Engine + Runtime are in test_kafka_lanes.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from jobledger import context
+from jobledger.domain import jobs
+from jobledger.domain.errors import DeadNow, TargetOutcomeUnknown, TargetUnreachable
+from jobledger.domain.events import Actor
+from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
+from jobledger.ids import new_id
+from jobledger.targets.kafka import KafkaTarget, ProducerOptions
+from jobledger.targets.kafka_rules import KafkaEvent
+from tests.tansu import Tansu, closed_port, consume, tansu_fixture  # noqa: F401  (fixture `tansu`)
+
+pytestmark = pytest.mark.kafka
+
+TRACEPARENT = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+
+
+def make_job(
+    topic: str,
+    payload: Any = None,
+    *,
+    code: str | None = None,
+    key: str | None = "DO-1",
+    headers: dict[str, str] | None = None,
+) -> Job:
+    job_id = new_id()
+    change = jobs.enqueued(
+        job_id=job_id,
+        spec=NewJob(f"kafka:{topic}", payload, code, key, 0, None, headers),
+        code=code or f"kafka:{topic}",
+        lane=Lane.FAST,
+        partition=0,
+        dedupe_key=job_id,
+        stamp=Stamp(datetime(2026, 3, 2, tzinfo=UTC), None, "a" * 32),
+        traceparent=TRACEPARENT,
+    )
+    assert isinstance(change.row, Job)
+    return change.row
+
+
+async def run(target: KafkaTarget, job: Job) -> None:
+    """Call the handler as the lanes do: inside the enqueuer's context."""
+    with context.job_context(job.trace_id, job.traceparent, Actor(id="u1")):
+        await target(job)
+
+
+@pytest.fixture
+async def make_target() -> AsyncIterator[Any]:
+    """Build KafkaTargets with short timeouts; every one is stopped afterwards."""
+    made: list[KafkaTarget] = []
+
+    def build(bootstrap: str, **kwargs: Any) -> KafkaTarget:
+        options = ProducerOptions(
+            bootstrap,
+            connect_timeout_s=kwargs.pop("connect_timeout_s", 1.0),
+            request_timeout_s=kwargs.pop("request_timeout_s", 1.5),
+            max_request_size=kwargs.pop("max_request_size", 1_048_576),
+        )
+        target = KafkaTarget(options, **kwargs)
+        made.append(target)
+        return target
+
+    yield build
+    for target in made:
+        await target.stop()
+
+
+async def test_record_key_value_headers_topic_and_override(
+    tansu: Tansu, make_target: Any
+) -> None:
+    events = [KafkaEvent("do_update_oms", "orders")]
+    target = make_target(tansu.bootstrap, events=events, topic_overrides={"do_update_oms": "orders.v2"})
+    await target.start()
+    plain = make_job("orders", {"no": "DO-1", "status": "ชำระแล้ว"}, headers={"x-src": "tms"})
+    overridden = make_job("orders", {"no": "DO-2"}, code="do_update_oms", key="DO-2",
+                          headers={"event_id": "evt-2"})
+    await run(target, plain)
+    await run(target, overridden)
+
+    [got] = await consume(tansu.bootstrap, "orders", 1)
+    assert got.key == b"DO-1"
+    assert got.value == '{"no":"DO-1","status":"ชำระแล้ว"}'.encode()
+    assert dict(got.headers) == {
+        "event_id": plain.id.encode(),
+        "x-src": b"tms",
+        "traceparent": TRACEPARENT.encode(),
+        "trace_id": b"a" * 32,
+    }
+    [moved] = await consume(tansu.bootstrap, "orders.v2", 1)
+    assert moved.key == b"DO-2"
+    assert json.loads(moved.value) == {"no": "DO-2"}
+    assert dict(moved.headers)["event_id"] == b"evt-2"  # the job's header wins
+
+
+async def test_one_key_keeps_its_order(tansu: Tansu, make_target: Any) -> None:
+    target = make_target(tansu.bootstrap)
+    for version in range(20):
+        await run(target, make_job("seq", {"v": version}, key="K"))
+    records = await consume(tansu.bootstrap, "seq", 20)
+    assert [json.loads(r.value)["v"] for r in records] == list(range(20))
+    assert {r.partition for r in records} == {records[0].partition}
+
+
+async def test_broker_not_running_is_unreachable(make_target: Any) -> None:
+    target = make_target(closed_port())
+    started = time.monotonic()
+    with pytest.raises(TargetUnreachable, match="kafka not_sent"):
+        await run(target, make_job("orders", {"a": 1}))
+    assert time.monotonic() - started < 1.5  # refused at once, no client retries
+    # start() does not fail either: a pod boots while Kafka is down
+    await target.start()
+
+
+async def test_hung_broker_at_connect_is_unreachable_within_the_connect_timeout(
+    tansu: Tansu, make_target: Any
+) -> None:
+    target = make_target(tansu.bootstrap, connect_timeout_s=0.5)
+    tansu.freeze()
+    started = time.monotonic()
+    with pytest.raises(TargetUnreachable):
+        await run(target, make_job("orders", {"a": 1}))
+    assert time.monotonic() - started < 1.4
+    tansu.thaw()
+
+
+async def test_broker_killed_mid_send_is_outcome_unknown(tansu: Tansu, make_target: Any) -> None:
+    target = make_target(tansu.bootstrap, request_timeout_s=5.0)
+    await run(target, make_job("orders", {"warm": True}))
+    tansu.freeze()  # the next request is written to the socket and gets no answer
+    send = asyncio.ensure_future(run(target, make_job("orders", {"a": 1})))
+    await asyncio.sleep(0.3)
+    assert not send.done()
+    tansu.kill()  # the connection drops with the request out
+    with pytest.raises(TargetOutcomeUnknown) as info:
+        await send
+    assert info.value.target_up is False
+    assert "KafkaConnectionError" in str(info.value)
+    # and while it stays down, nothing is sent: unreachable
+    with pytest.raises(TargetUnreachable):
+        await run(target, make_job("orders", {"a": 2}))
+
+
+async def test_hung_broker_times_out_with_target_up_and_the_record_was_written(
+    tansu: Tansu, make_target: Any
+) -> None:
+    """Measured fact (aiokafka 0.14, tansu 0.6): the timed-out record *was* appended,
+    so an at-least-once resend duplicates it; consumers dedupe on `event_id`."""
+    target = make_target(tansu.bootstrap, request_timeout_s=1.0)
+    await run(target, make_job("hung", {"n": 0}))
+    tansu.freeze()
+    job = make_job("hung", {"n": 1})
+    started = time.monotonic()
+    with pytest.raises(TargetOutcomeUnknown) as info:
+        await run(target, job)
+    assert info.value.target_up is True
+    assert "RequestTimedOutError" in str(info.value)
+    assert time.monotonic() - started < 2.5
+    tansu.thaw()
+    await run(target, make_job("hung", {"n": 2}))  # a new producer, the broker is back
+    records = await consume(tansu.bootstrap, "hung", 3)
+    assert [json.loads(r.value)["n"] for r in records] == [0, 1, 2]
+    assert dict(records[1].headers)["event_id"] == job.id.encode()
+
+
+async def test_invalid_records_are_dead_now(tansu: Tansu, make_target: Any) -> None:
+    target = make_target(tansu.bootstrap, max_request_size=1000)
+    with pytest.raises(DeadNow, match="needs a key or a value"):
+        await run(target, make_job("orders", None, key=None))
+    assert target._producer is None  # rejected before any connection
+    with pytest.raises(DeadNow, match="MessageSizeTooLargeError"):
+        await run(target, make_job("orders", {"blob": "x" * 2000}))
+    await run(target, make_job("orders", {"small": True}))  # the producer is still fine
+    assert len(await consume(tansu.bootstrap, "orders", 1, timeout_s=3)) == 1
+
+
+async def test_tombstone_for_a_job_without_payload(tansu: Tansu, make_target: Any) -> None:
+    target = make_target(tansu.bootstrap)
+    await run(target, make_job("compacted", None, key="DO-9"))
+    [record] = await consume(tansu.bootstrap, "compacted", 1)
+    assert record.key == b"DO-9" and record.value is None
+
+
+async def test_disabled_kafka_sends_nothing_and_never_connects(
+    tansu: Tansu, make_target: Any
+) -> None:
+    target = make_target(tansu.bootstrap, enabled=False)
+    await target.start()
+    with pytest.raises(TargetUnreachable, match="disabled"):
+        await run(target, make_job("off", {"a": 1}))
+    assert target._producer is None
+    assert await consume(tansu.bootstrap, "off", 1, timeout_s=1.5) == []
+
+
+async def test_broker_restart_recovers_with_a_new_producer(tansu: Tansu, make_target: Any) -> None:
+    target = make_target(tansu.bootstrap)
+    await run(target, make_job("back", {"n": 1}))
+    tansu.kill()
+    with pytest.raises(TargetUnreachable):
+        await run(target, make_job("back", {"n": 2}))
+    await tansu.start()  # same port, empty broker
+    await run(target, make_job("back", {"n": 3}))
+    records = await consume(tansu.bootstrap, "back", 1)
+    assert [json.loads(r.value)["n"] for r in records] == [3]
