@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,39 +86,53 @@ class App:
         await self.store.close()
 
     async def serve_http(
-        self, host: str = "127.0.0.1", port: int = 8080,
-        *, on_ready: Callable[[str], None] | None = None,
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        *,
+        on_ready: Callable[[str], None] | None = None,
+        until: asyncio.Event | None = None,
     ) -> None:
-        """Serve the admin API and page with uvicorn until `stop()` or a signal.
+        """Serve the admin API and page with uvicorn until `until` is set (or `stop()`).
 
-        `on_ready(base_url)` is called once the socket listens (port 0 picks a free one).
+        `on_ready(base_url)` is called once the socket listens (port 0 picks a free
+        one). Signals are the caller's business: uvicorn's own handlers stay off.
         """
-        import uvicorn
-
-        config = uvicorn.Config(
-            self.http, host=host, port=port, log_level="warning", lifespan="off",
-            access_log=False,
-        )
-        server = uvicorn.Server(config)
+        server = _server(self.http, host, port)
         self._server = server
         task = asyncio.create_task(server.serve(), name="jobledger-http")
+        waiter = asyncio.create_task((until or asyncio.Event()).wait())
         try:
             while not server.started:
                 if task.done():
-                    await task  # raise the bind error
-                    return
+                    await task  # raises the bind error
+                    raise OSError(f"could not listen on {host}:{port}")
                 await asyncio.sleep(0.02)
             if on_ready is not None:
                 sock = server.servers[0].sockets[0]
                 bound_host, bound_port = sock.getsockname()[:2]
                 on_ready(f"http://{bound_host}:{bound_port}")
-            await task
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if not task.done():
-                server.should_exit = True
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            waiter.cancel()
+            server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
             self._server = None
+
+
+def _server(asgi: Any, host: str, port: int) -> Any:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        asgi, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+    )
+    return QuietServer(config)
 
 
 def _runtime_class() -> Any | None:
