@@ -93,3 +93,17 @@ async def business_count(store: Store) -> int:
 
     assert isinstance(store, MongoStore)
     return int(await store.db.business.count_documents({}))
+
+
+@asynccontextmanager
+async def open_peer(store: Store) -> AsyncIterator[Store]:
+    """A second pod's store on the same database: its own client and change stream."""
+    from jobledger.storage.mongodb import MongoStore
+
+    assert isinstance(store, MongoStore)
+    peer = MongoStore(store.url, partitions=store.partitions, database=store.db.name)
+    await peer.open()
+    try:
+        yield peer
+    finally:
+        await peer.close()
