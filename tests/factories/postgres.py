@@ -7,6 +7,7 @@ and an unused schema name to tests that open stores (or worker processes) themse
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -16,27 +17,43 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.postgres import PostgresStore
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+#: the tests' own database: a log read waits for transactions of its database only, so
+#: other suites' open transactions on the shared server do not slow these tests
+TEST_DATABASE = "jobledger_pg_tests"
 _OPEN: list[str] = []  # schemas of the stores make_store has open, newest last
 
 
 def dsn() -> str:
+    """The server to test against (its database is only used to create ours)."""
     return os.environ.get("JOBLEDGER_TEST_PG_DSN", DEFAULT_DSN)
 
 
 async def reachable_dsn() -> str:
-    """The test server's DSN, or skip the test when it is not reachable."""
+    """The DSN of the tests' database (created once), or skip when there is no server."""
     url = dsn()
     try:
-        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=3)
+        admin = await psycopg.AsyncConnection.connect(url, connect_timeout=3, autocommit=True)
     except psycopg.OperationalError as exc:
         pytest.skip(f"PostgreSQL not reachable at {url}: {exc}")
-    await conn.close()
-    return url
+    async with admin:
+        for _ in range(20):
+            cur = await admin.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (TEST_DATABASE,)
+            )
+            if await cur.fetchone():
+                break
+            try:
+                await admin.execute(f'CREATE DATABASE "{TEST_DATABASE}"')
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.ObjectInUse,
+                    psycopg.errors.UniqueViolation):
+                await asyncio.sleep(0.1)  # another process is creating it
+    return make_conninfo(url, dbname=TEST_DATABASE)
 
 
 @asynccontextmanager

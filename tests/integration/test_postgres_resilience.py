@@ -29,7 +29,8 @@ async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
 
 async def terminate(dsn: str, pid: int) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
-        cur = await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        # with a timeout the call returns once the backend has exited
+        cur = await admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
         assert (await cur.fetchone()) == (True,)
 
 

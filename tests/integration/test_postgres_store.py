@@ -293,3 +293,23 @@ async def test_payload_order_keys_and_event_text_round_trip(
     assert await pg.fast_pending(part, after_key=keyless.row.order_key, limit=10) == [
         j for j in rows if j.order_key > keyless.row.order_key
     ]
+
+
+async def test_an_open_transaction_of_another_database_does_not_hold_the_log_back(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    other = psycopg.conninfo.make_conninfo(pg.dsn, dbname="postgres")
+    async with await psycopg.AsyncConnection.connect(other) as elsewhere:
+        await elsewhere.execute("SELECT pg_current_xact_id()")  # holds an xid, stays open
+        await pg.apply([new_job(clock)])
+        assert len(await pg.read_log(0, limit=10)) == 1
+
+
+def test_the_read_horizon_ignores_younger_xids_and_survives_wraparound() -> None:
+    from jobledger.storage.postgres.statements import horizon
+
+    top = 5 << 32 | 100  # epoch 5, xid 100
+    assert horizon(top, []) == top << 20
+    assert horizon(top, [90, 95]) == (top - 10) << 20
+    assert horizon(top, [105]) == top << 20  # assigned after the snapshot
+    assert horizon(top, [(1 << 32) - 6]) == (top - 106) << 20  # previous epoch

@@ -41,7 +41,37 @@ class Statements:
     inflight: str
     next_due_fast: str
     next_due_long: str
+    running: str
     read_log: str
+
+
+#: step 1 of a log read: the next transaction id (xid8) of a snapshot taken *before*
+#: the transactions still running in this database are listed (32-bit xids).
+RUNNING = """
+SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+  array(
+    SELECT backend_xid::text::bigint FROM pg_stat_activity
+    WHERE datname = current_database() AND backend_xid IS NOT NULL
+    UNION ALL
+    SELECT transaction::text::bigint FROM pg_prepared_xacts
+    WHERE database = current_database())"""
+
+
+def horizon(xmax: int, running: list[int]) -> int:
+    """The first event position a log read must not return yet.
+
+    `xmax` is the xid8 every transaction below had been assigned when the running ones
+    were listed; `running` are their 32-bit xids. A transaction below the lowest
+    running one that is not listed had finished before the list was read, so the next
+    statement's snapshot sees all its events. A listed xid at or above `xmax` (assigned
+    after the snapshot) does not lower the horizon.
+    """
+    lowest = xmax
+    for xid in running:
+        behind = (xmax - xid) % (1 << 32)
+        if 0 < behind < (1 << 31):
+            lowest = min(lowest, xmax - behind)
+    return lowest << ORDINAL_BITS
 
 
 def build(schema: str) -> Statements:
@@ -189,11 +219,11 @@ CROSS JOIN LATERAL (
         next_due_long=(
             f"SELECT min(next_run_at) FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'long'"
         ),
-        # Only transactions older than every running one: their events are final.
-        # position >> ORDINAL_BITS is the writer's transaction id (see docs/postgres.md).
+        # Only events of transactions older than every one still running in this
+        # database: those are final (see `horizon` and docs/postgres.md).
+        running=RUNNING,
         read_log=f"""
 SELECT {EVENT_COLUMNS} FROM {s}.events
-WHERE position > %(after)s
-  AND position < (pg_snapshot_xmin(pg_current_snapshot())::text::bigint << {ORDINAL_BITS})
+WHERE position > %(after)s AND position < %(below)s
 ORDER BY position LIMIT %(limit)s""",
     )

@@ -351,7 +351,18 @@ class PostgresStore(Store):
         return [event_from_dict(r) for r in rows]
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
-        rows = await self._rows(self.sql.read_log, {"after": after, "limit": limit})
+        # Two statements on purpose: the running transactions are listed before the
+        # snapshot that reads the events is taken (see statements.horizon).
+        async with self.pool.connection() as conn:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.sql.running)
+                found = await cur.fetchone()
+            assert found is not None
+            below = statements.horizon(int(found[0]), [int(x) for x in found[1]])
+            async with conn.cursor(row_factory=dict_row) as cur:
+                params = {"after": after, "below": below, "limit": limit}
+                await cur.execute(self.sql.read_log, params)
+                rows = await cur.fetchall()
         return [event_from_dict(r) for r in rows]
 
     async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
