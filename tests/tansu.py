@@ -196,3 +196,16 @@ async def consume(
         await consumer.stop()
     records.sort(key=lambda r: (r.partition, r.offset))
     return records
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Create `topic` with `partitions` (auto-created topics get tansu's default of 4);
+    one partition makes the offsets the send order."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
