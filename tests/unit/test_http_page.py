@@ -1,0 +1,146 @@
+"""The admin page's server side: login, cookies, CSRF, roles, commands and flashes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from jobledger.clock import FakeClock
+from jobledger.domain import jobs
+from jobledger.domain.events import EventType
+from jobledger.storage.memory import MemoryStore
+from tests.unit.http_helpers import ADMIN_KEY, VIEWER_KEY, World, client, world
+
+
+@pytest.fixture
+async def w(clock: FakeClock) -> AsyncIterator[World]:
+    async with world(MemoryStore(), clock) as built:
+        yield built
+
+
+async def login(http: httpx.AsyncClient, key: str) -> str:
+    """Sign in through the form; return the page's CSRF token."""
+    response = await http.post("/admin/login", data={"key": key, "next": "/admin"})
+    assert response.status_code == 303 and response.headers["location"] == "/admin"
+    page = await http.get("/admin")
+    assert page.status_code == 200
+    match = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page.text)
+    return match.group(1) if match else ""
+
+
+async def test_pages_need_a_login(w: World) -> None:
+    async with client(w.app) as http:
+        for path in ("/admin", "/admin/schedules", f"/admin/jobs/{'0' * 32}"):
+            response = await http.get(path)
+            assert response.status_code == 303
+            assert response.headers["location"].startswith("/admin/login?next=")
+        bad = await http.post("/admin/login", data={"key": "wrong-key-000"})
+        assert bad.status_code == 401 and "not valid" in bad.text
+        assert (await http.get("/admin/login?key=wrong-key-000")).status_code == 401
+
+
+async def test_login_cookie_is_http_only_and_strict(w: World) -> None:
+    async with client(w.app) as http:
+        response = await http.get(f"/admin/login?key={ADMIN_KEY}&next=/admin/schedules")
+        assert response.status_code == 303
+        assert response.headers["location"] == "/admin/schedules"
+        cookie = response.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/admin" in cookie
+        # no open redirect
+        away = await http.get(f"/admin/login?key={ADMIN_KEY}&next=//evil.example/")
+        assert away.headers["location"] == "/admin"
+        # the cookie does not authenticate the API
+        assert (await http.get("/api/v1/jobs")).status_code == 401
+
+
+async def test_admin_retries_and_cancels_from_the_page(w: World) -> None:
+    dead = await w.dead(payload={"n": 7})
+    pending = await w.enqueue()
+    async with client(w.app) as http:
+        csrf = await login(http, ADMIN_KEY)
+        listing = (await http.get("/admin")).text
+        assert dead in listing and pending in listing
+        assert f'action="/admin/jobs/{dead}/retry"' in listing
+        assert f'action="/admin/jobs/{pending}/cancel"' in listing
+        done = await http.post(f"/admin/jobs/{dead}/retry",
+                               data={"csrf": csrf, "next": "/admin?status=DEAD"})
+        assert done.status_code == 303 and done.headers["location"] == "/admin?status=DEAD"
+        flash_page = await http.get("/admin?status=DEAD")
+        assert "retried" in flash_page.text
+        assert "retried" not in (await http.get("/admin")).text  # one-shot
+        again = await http.post(f"/admin/jobs/{dead}/retry", data={"csrf": csrf})
+        assert again.status_code == 303
+        assert "cannot retry" in (await http.get("/admin")).text
+        await http.post(f"/admin/jobs/{pending}/cancel", data={"csrf": csrf})
+        detail = await http.get(f"/admin/jobs/{pending}")
+        assert detail.status_code == 200 and "CANCELLED" in detail.text
+        assert "JobCancelled" in detail.text
+    assert (await w.job(dead)).status == jobs.JobStatus.PENDING
+    assert await w.store.get_job(pending) is None
+    stream = await w.store.read_stream(jobs.job_stream(dead))
+    assert stream[-1].type == EventType.JOB_RETRIED
+    assert stream[-1].actor is not None and stream[-1].actor.to_json() == {
+        "id": "alice", "via": "http", "role": "admin"
+    }
+
+
+async def test_forms_need_the_csrf_token(w: World) -> None:
+    dead = await w.dead()
+    async with client(w.app) as http:
+        await login(http, ADMIN_KEY)
+        for token in ("", "0" * 64):
+            response = await http.post(f"/admin/jobs/{dead}/skip", data={"csrf": token})
+            assert response.status_code == 403
+    assert (await w.job(dead)).status == jobs.JobStatus.DEAD
+
+
+async def test_viewer_sees_no_buttons_and_cannot_post(w: World) -> None:
+    dead = await w.dead()
+    async with client(w.app) as http:
+        csrf = await login(http, VIEWER_KEY)
+        listing = (await http.get("/admin")).text
+        assert dead in listing and "data-action" not in listing
+        assert "data-action" not in (await http.get("/admin/schedules")).text
+        for path in (f"/admin/jobs/{dead}/retry", f"/admin/jobs/{dead}/skip",
+                     "/admin/schedules/cleanup/disable"):
+            response = await http.post(path, data={"csrf": csrf})
+            assert response.status_code == 403 and "may look but not change" in response.text
+    assert (await w.job(dead)).status == jobs.JobStatus.DEAD
+
+
+async def test_schedule_commands_from_the_page(w: World) -> None:
+    async with client(w.app) as http:
+        csrf = await login(http, ADMIN_KEY)
+        page = (await http.get("/admin/schedules")).text
+        assert "nightly_report" in page and "cleanup" in page
+        await http.post("/admin/schedules/cleanup/disable", data={"csrf": csrf})
+        await http.post("/admin/schedules/nightly_report/override",
+                        data={"csrf": csrf, "cron_override": "5 5 * * *"})
+        await http.post("/admin/schedules/nightly_report/override",
+                        data={"csrf": csrf, "cron_override": "nope"})
+        assert "invalid cron" in (await http.get("/admin/schedules")).text
+        await http.post("/admin/schedules/missing/enable", data={"csrf": csrf})
+        assert "not found" in (await http.get("/admin/schedules")).text
+    cleanup = await w.store.get_schedule("cleanup")
+    nightly = await w.store.get_schedule("nightly_report")
+    assert cleanup is not None and not cleanup.enabled
+    assert nightly is not None and nightly.cron_override == "5 5 * * *"
+
+
+async def test_filters_and_paging_links(w: World) -> None:
+    for n in range(55):
+        await w.enqueue(key=f"k{n}")
+        w.clock.advance(milliseconds=1)
+    async with client(w.app) as http:
+        await login(http, ADMIN_KEY)
+        first = (await http.get("/admin?status=PENDING&target=")).text
+        assert "Page 1 of 2" in first and 'rel="next"' in first
+        assert "/admin?status=PENDING&amp;page=2" in first
+        second = (await http.get("/admin?status=PENDING&page=2")).text
+        assert "Page 2 of 2" in second and second.count("<tr data-id=") == 5
+        assert "k0<" in second
+        assert "No open jobs match" in (await http.get("/admin?key=zzz")).text
+        assert (await http.get("/admin?page=abc&status=BOGUS")).status_code == 200
