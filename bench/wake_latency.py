@@ -1,0 +1,129 @@
+"""Commit → handler wake latency of an idle fast lane, with a same-run raw baseline.
+
+    .venv/bin/python bench/wake_latency.py --store postgres --samples 300
+
+One pod runs idle; the bench enqueues one at-least-once job per sample in its own
+transaction and measures from the end of the commit to the handler's first line. The
+baseline is the raw round trip the wake path rides on: LISTEN/NOTIFY between two
+psycopg connections (PostgreSQL), or an asyncio.Event set → wake (SQLite, whose wake-up
+is in-process). Prints p50/p99 and the engine/raw ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jobledger.domain.jobs import Job
+from jobledger.engine import Engine
+from jobledger.reactors.runtime import Runtime
+from jobledger.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).parent))
+from drain import PG_DSN, fresh_store
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def engine_latency(kind: str, tmp: Path, samples: int) -> list[float]:
+    async with fresh_store(kind, tmp) as store:
+        engine = Engine(store, settings=Settings())
+        arrived = asyncio.Event()
+        stamp = [0.0]
+
+        async def handler(job: Job) -> None:
+            stamp[0] = time.perf_counter()
+            arrived.set()
+
+        engine.targets.register("bench:wake", "fast", handler, delivery_mode="at_least_once")
+        runtime = Runtime(engine, pod_id="bench")
+        await runtime.start()
+        await asyncio.sleep(0.5)
+        out: list[float] = []
+        try:
+            for i in range(samples + 20):
+                arrived.clear()
+                async with engine.transaction() as tx:
+                    await engine.enqueue("bench:wake", None, tx=tx, key=f"k{i}")
+                committed = time.perf_counter()
+                await asyncio.wait_for(arrived.wait(), 10)
+                if i >= 20:  # warm-up
+                    out.append((stamp[0] - committed) * 1000)
+                await asyncio.sleep(0.01)  # let the round's outcome commit: lane idle again
+        finally:
+            await runtime.stop()
+        return out
+
+
+async def raw_notify(samples: int) -> list[float]:
+    import psycopg
+
+    listener = await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True)
+    sender = await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True)
+    await listener.execute("LISTEN bench_wake")
+    out: list[float] = []
+    gen = listener.notifies()
+    try:
+        for i in range(samples + 20):
+            await sender.execute("NOTIFY bench_wake, 'x'")
+            sent = time.perf_counter()
+            await anext(gen)
+            if i >= 20:
+                out.append((time.perf_counter() - sent) * 1000)
+    finally:
+        await listener.close()
+        await sender.close()
+    return out
+
+
+async def raw_event(samples: int) -> list[float]:
+    event = asyncio.Event()
+    got = [0.0]
+
+    async def waiter() -> None:
+        while True:
+            await event.wait()
+            event.clear()
+            got[0] = time.perf_counter()
+
+    task = asyncio.create_task(waiter())
+    out: list[float] = []
+    await asyncio.sleep(0)
+    for _ in range(samples):
+        sent = time.perf_counter()
+        event.set()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        out.append((got[0] - sent) * 1000)
+    task.cancel()
+    return out
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--samples", type=int, default=300)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        raw = await (raw_notify(args.samples) if args.store == "postgres"
+                     else raw_event(args.samples))
+        eng = await engine_latency(args.store, Path(tmpdir), args.samples)
+    name = "LISTEN/NOTIFY round trip" if args.store == "postgres" else "asyncio.Event wake"
+    print(f"{args.store}: commit → handler over {args.samples} samples")
+    print(f"  raw {name:26s} p50 {statistics.median(raw):7.3f} ms  p99 {pct(raw, 0.99):7.3f} ms")
+    print(f"  engine                        p50 {statistics.median(eng):7.3f} ms"
+          f"  p99 {pct(eng, 0.99):7.3f} ms")
+    print(f"  ratio engine/raw p50 {statistics.median(eng) / max(statistics.median(raw), 1e-9):.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))
