@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,3 +35,15 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 async def memory_store(tmp_path: Path) -> AsyncIterator[Store]:
     async with make_store("memory", tmp_path) as opened:
         yield opened
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say up front which servers the adapter suites will run against."""
+    from tests.factories.mongodb import SKIP_REASON, mongo_uri
+
+    lines = []
+    if os.environ.get("JOBLEDGER_TEST_MONGO_URI"):
+        lines.append(f"MongoDB: {os.environ['JOBLEDGER_TEST_MONGO_URI']}")
+    elif mongo_uri() is None:
+        lines.append(SKIP_REASON)
+    return lines
