@@ -125,7 +125,26 @@ class Engine:
             for index, change, ok in zip(change_slots, changes, flags, strict=True):
                 job_id = change.stream.removeprefix("job:")
                 results[index] = Enqueued(job_id if ok else None, ok)
+            self._report_enqueued(tx, [c for c, ok in zip(changes, flags, strict=True) if ok])
         return [r if r is not None else Enqueued(None, False) for r in results]
+
+    def _report_enqueued(self, tx: Any, written: list[Change]) -> None:
+        """`observers.enqueued` per target once the rows are committed (at once when
+        the caller passed a native handle: the engine cannot see that commit)."""
+        counts: dict[str, int] = {}
+        for change in written:
+            counts[change.row.target] = counts.get(change.row.target, 0) + 1
+        if not counts:
+            return
+
+        def report() -> None:
+            for target, count in counts.items():
+                self.observers.enqueued(target, count)
+
+        if isinstance(tx, Transaction):
+            tx.after_commit(report)
+        else:
+            report()
 
     def _stamp(self) -> Stamp:
         ctx = context.current()
@@ -169,3 +188,4 @@ class Engine:
             logger.warning("lossy job for %s dropped: no lossy runner", item.target)
             return
         self.lossy_handoff(item)
+        self.observers.enqueued(item.target, 1)
