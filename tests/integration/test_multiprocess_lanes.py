@@ -37,6 +37,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBLEDGER = Path(sys.executable).parent / "jobledger"
+APP = "tests.integration.multiprocess_app:setup"
 FAST_ENV = {
     "JOBLEDGER_PARTITION_LEASE_S": "2",
     "JOBLEDGER_HEARTBEAT_S": "0.3",
@@ -55,14 +56,14 @@ async def store_url(kind: str, tmp_path: Path) -> AsyncIterator[str]:
     pytest.importorskip("jobledger.storage.postgres")
     import psycopg
 
-    from tests.factories.postgres import reachable_dsn
+    from tests.factories.postgres import dsn, reachable_dsn
 
-    base = await reachable_dsn()
+    base = await reachable_dsn()  # a key=value conninfo: connect with it, build no URL from it
     name = f"jl_mp_{uuid.uuid4().hex[:10]}"
     async with await psycopg.AsyncConnection.connect(base, autocommit=True) as conn:
         await conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield base.rsplit("/", 1)[0] + f"/{name}"
+        yield dsn().rsplit("/", 1)[0] + f"/{name}"
     finally:
         async with await psycopg.AsyncConnection.connect(base, autocommit=True) as conn:
             await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -77,11 +78,10 @@ class Workers:
         }
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(self, name: str, log: Path) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, log: Path, app: str = APP) -> subprocess.Popen[bytes]:
         with log.open("wb") as sink:
             proc = subprocess.Popen(
-                [str(JOBLEDGER), "--store", self.url, "worker", "--app",
-                 "tests.integration.multiprocess_app:setup", "--pod-id", name,
+                [str(JOBLEDGER), "--store", self.url, "worker", "--app", app, "--pod-id", name,
                  "--log-level", "WARNING"],
                 cwd=ROOT, env=self.env, stdout=sink, stderr=subprocess.STDOUT,
             )
