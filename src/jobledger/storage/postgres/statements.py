@@ -23,6 +23,36 @@ _EVENT_INSERT = EVENT_COLUMNS + ", dedupe_key"
 MAX_NOTIFY = 7900
 
 
+#: the compare-and-set updates and deletes of streams that already exist
+EXISTING = """ju AS (
+  UPDATE {s}.jobs j SET {job_set}
+  FROM ok JOIN jr r ON r.id = ok.ident
+  WHERE ok.kind = 'job' AND NOT ok.isnew AND NOT ok.del
+    AND j.id = ok.ident AND j.stream_version = ok.expected
+  RETURNING ok.i
+),
+jd AS (
+  DELETE FROM {s}.jobs j USING ok
+  WHERE ok.kind = 'job' AND NOT ok.isnew AND ok.del
+    AND j.id = ok.ident AND j.stream_version = ok.expected
+  RETURNING ok.i
+),
+su AS (
+  UPDATE {s}.schedules t SET {schedule_set}
+  FROM ok JOIN sr r ON r.code = ok.ident
+  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND NOT ok.del
+    AND t.code = ok.ident AND t.stream_version = ok.expected
+  RETURNING ok.i
+),
+sd AS (
+  DELETE FROM {s}.schedules t USING ok
+  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND ok.del
+    AND t.code = ok.ident AND t.stream_version = ok.expected
+  RETURNING ok.i
+),
+"""
+
+
 def _set(fields: tuple[str, ...], key: str) -> str:
     cols = [f for f in fields if f != key]
     return f"({', '.join(cols)}) = ({', '.join('r.' + c for c in cols)})"
@@ -34,6 +64,8 @@ class Statements:
     channel: str
     apply: str
     apply_guarded: str
+    #: the enqueue path: every change opens a new stream (no updates, no deletes)
+    insert_new: str
     fast_pending_first: str
     fast_pending_after: str
     long_candidates: str
@@ -84,7 +116,7 @@ def build(schema: str) -> Statements:
         " e.trace_id, e.prev_hash, e.hash, e.dedupe_key"
     )
 
-    def apply_sql(guarded: bool) -> str:
+    def apply_sql(guarded: bool, new_only: bool = False) -> str:
         held = (
             f"held AS (SELECT partition FROM {s}.partitions WHERE owner = %(pod)s"
             " AND lease_until > %(now)s AND partition IN (SELECT part FROM c) FOR SHARE),"
@@ -92,6 +124,13 @@ def build(schema: str) -> Statements:
             " OR c.part IN (SELECT partition FROM held)),"
             if guarded
             else "ok AS (SELECT * FROM c),"
+        )
+        existing = "" if new_only else EXISTING.format(s=s, job_set=job_set,
+                                                         schedule_set=schedule_set)
+        winners = (
+            "SELECT i FROM nw" if new_only else
+            "SELECT i FROM ju UNION ALL SELECT i FROM jd UNION ALL SELECT i FROM su"
+            " UNION ALL SELECT i FROM sd UNION ALL SELECT i FROM nw"
         )
         return f"""
 WITH c AS (
@@ -114,33 +153,7 @@ base AS (
     x.lo) AS b
   FROM (SELECT pg_current_xact_id()::text::bigint << {ORDINAL_BITS} AS lo) x
 ),
-ju AS (
-  UPDATE {s}.jobs j SET {job_set}
-  FROM ok JOIN jr r ON r.id = ok.ident
-  WHERE ok.kind = 'job' AND NOT ok.isnew AND NOT ok.del
-    AND j.id = ok.ident AND j.stream_version = ok.expected
-  RETURNING ok.i
-),
-jd AS (
-  DELETE FROM {s}.jobs j USING ok
-  WHERE ok.kind = 'job' AND NOT ok.isnew AND ok.del
-    AND j.id = ok.ident AND j.stream_version = ok.expected
-  RETURNING ok.i
-),
-su AS (
-  UPDATE {s}.schedules t SET {schedule_set}
-  FROM ok JOIN sr r ON r.code = ok.ident
-  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND NOT ok.del
-    AND t.code = ok.ident AND t.stream_version = ok.expected
-  RETURNING ok.i
-),
-sd AS (
-  DELETE FROM {s}.schedules t USING ok
-  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND ok.del
-    AND t.code = ok.ident AND t.stream_version = ok.expected
-  RETURNING ok.i
-),
-nf AS (
+{existing}nf AS (
   INSERT INTO {s}.events ({_EVENT_INSERT})
   SELECT {event_values} FROM ev e JOIN ok ON ok.i = e.i CROSS JOIN base
   WHERE ok.isnew AND e.fst ORDER BY e.slot
@@ -158,10 +171,7 @@ sn AS (
   SELECT {', '.join('r.' + c for c in SCHEDULE_FIELDS)}
   FROM sr r JOIN nw ON nw.ident = r.code WHERE nw.kind = 'schedule' AND NOT nw.del
 ),
-w AS (
-  SELECT i FROM ju UNION ALL SELECT i FROM jd UNION ALL SELECT i FROM su
-  UNION ALL SELECT i FROM sd UNION ALL SELECT i FROM nw
-),
+w AS ({winners}),
 er AS (
   INSERT INTO {s}.events ({_EVENT_INSERT})
   SELECT {event_values} FROM ev e JOIN w ON w.i = e.i CROSS JOIN base
@@ -189,6 +199,7 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         channel=channel,
         apply=apply_sql(False),
         apply_guarded=apply_sql(True),
+        insert_new=apply_sql(False, new_only=True),
         fast_pending_first=f"SELECT {JOB_COLUMNS} {pending} {order}",
         fast_pending_after=f"SELECT {JOB_COLUMNS} {pending} AND order_key > %(after)s {order}",
         long_candidates=f"""

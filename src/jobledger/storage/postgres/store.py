@@ -183,6 +183,8 @@ class PostgresStore(Store):
             raise ValueError(f"more than {MAX_EVENTS_PER_STATEMENT} events in one call")
         params: dict[str, Any] = encode.encode(items)
         sql = self.sql.apply
+        if guard is None and all(c.is_new for _, c in items):
+            sql = self.sql.insert_new
         if guard is not None:
             sql = self.sql.apply_guarded
             params["pod"], params["now"] = guard.pod, guard.now
