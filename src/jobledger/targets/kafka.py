@@ -165,15 +165,14 @@ class KafkaTarget:
         """One record, one try; returns aiokafka's RecordMetadata or raises SendFailed."""
         if self._stopped:
             raise SendFailed(Phase.CONNECT, RuntimeError("the kafka target is stopped"))
-        producer = await self._ready_producer()
+        producer = self._producer or await self._ready_producer()
         assert self.options is not None
         try:
-            delivery = await asyncio.wait_for(
-                producer.send(
+            # the metadata and buffer wait is bounded like a connect: nothing has left yet
+            async with asyncio.timeout(self.options.connect_timeout_s):
+                delivery = await producer.send(
                     record.topic, record.value, key=record.key, headers=list(record.headers)
-                ),
-                self.options.connect_timeout_s,
-            )
+                )
         except Exception as exc:
             self._after_failure(producer, classify(exc, Phase.ENQUEUE))
             raise SendFailed(Phase.ENQUEUE, exc) from exc
