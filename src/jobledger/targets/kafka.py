@@ -112,7 +112,7 @@ class KafkaTarget:
         if enabled and (options is None or not options.bootstrap):
             raise ConfigError(
                 "kafka_bootstrap: Kafka is enabled but no bootstrap servers are set"
-                " (KAFKA_BOOTSTRAP / JOBLEDGER_KAFKA_BOOTSTRAP, or kafka_enabled=off)"
+                " (JOBLEDGER_KAFKA_BOOTSTRAP), or set kafka_enabled off"
             )
         self.options = options
         self.enabled = enabled
