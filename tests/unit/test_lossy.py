@@ -67,7 +67,10 @@ async def enqueue(engine: Engine, payload: object = None, *, rollback: bool = Fa
             pass
 
 
-async def test_commit_delivers_once_in_the_job_context(engine: Engine) -> None:
+async def test_commit_delivers_once_in_the_job_context(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
     calls = recording(engine)
     seen = Seen()
     engine.observers.add(seen)
@@ -91,6 +94,7 @@ async def test_commit_delivers_once_in_the_job_context(engine: Engine) -> None:
     assert [r.result for r in seen.runs] == ["ok"]
     assert seen.runs[0].attempts == 1 and seen.runs[0].started_at == engine.clock.now()
     assert await engine.store.all_jobs() == []  # lossy items are never stored
+    assert "job run code=ping:lossy target=ping:lossy" in caplog.text and "result=ok" in caplog.text
 
 
 async def test_rollback_hands_nothing_over(engine: Engine) -> None:

@@ -40,6 +40,7 @@ from jobledger.domain.jobs import Job, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.domain.timeutil import iso, parse_iso
 from jobledger.ids import new_id
+from jobledger.logs import log_run_line
 from jobledger.observe import RunRecord
 from jobledger.settings import Settings
 
@@ -185,10 +186,11 @@ class LossyRunner:
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         duration_ms = (time.perf_counter() - began) * 1000
-        result = "ok" if error is None else "dropped"
-        self.engine.observers.run_finished(
-            RunRecord(job, result, duration_ms, 1, error, started_at)
+        record = RunRecord(
+            job, "ok" if error is None else "dropped", duration_ms, 1, error, started_at
         )
+        log_run_line(record)
+        self.engine.observers.run_finished(record)
         if error is not None:
             self._drop(job.target, HANDLER_FAILED, error)
             return False

@@ -1,0 +1,203 @@
+"""Structured logs: the reference's run line, JSON lines on demand, and the observer wiring.
+
+Every run writes one line (reference §7)::
+
+    job run code=do_update_oms target=kafka:… dedupe_key=… attempts=0 duration_ms=12 result=ok
+
+(written by the lanes and the lossy runners through `log_run_line`'s format) with the
+same values as `extra` fields (code, target, dedupe_key, attempts, duration_ms,
+result, job_id, key, lane, trace_id, error), so `JOBLEDGER_LOG_FORMAT=json` turns each
+line into an object a log pipeline can filter on (`configure_logging`).
+
+`install_observers` hangs logs, alerts, metrics and tracing on `engine.observers`; the
+composition root calls it once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING, Any
+
+from jobledger import context
+from jobledger.domain.timeutil import iso
+from jobledger.observe import Observer, RunRecord
+from jobledger.settings import Settings
+
+if TYPE_CHECKING:
+    from jobledger.alerts import AlertHook, AlertObserver
+    from jobledger.engine import Engine
+    from jobledger.metrics import MetricsObserver
+    from jobledger.tracing import TracingObserver
+
+run_logger = logging.getLogger("jobledger.run")
+target_logger = logging.getLogger("jobledger.targets")
+
+QUIET_RESULTS = {"ok", "skipped"}  # info; every other result is a warning
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+def log_run_line(record: RunRecord) -> None:
+    """Write the reference's run line for `record` (info; warning unless ok/skipped)."""
+    job = record.job
+    level = logging.INFO if record.result in QUIET_RESULTS else logging.WARNING
+    run_logger.log(
+        level,
+        "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f result=%s%s",
+        job.code,
+        job.target,
+        job.dedupe_key,
+        record.attempts,
+        record.duration_ms,
+        record.result,
+        f" error={record.error}" if record.error else "",
+        extra={
+            "job_id": job.id,
+            "code": job.code,
+            "target": job.target,
+            "key": job.key,
+            "lane": job.lane.value,
+            "dedupe_key": job.dedupe_key,
+            "attempts": record.attempts,
+            "duration_ms": round(record.duration_ms, 3),
+            "result": record.result,
+            "error": record.error,
+            "trace_id": job.trace_id,
+        },
+    )
+
+
+class RunLogObserver(Observer):
+    """Target pause/resume lines, and — with `run_lines=True` — the run line.
+
+    The lanes (`reactors.outcome.OutcomePath.log_run`) and the lossy runners already
+    write the run line themselves, so `install_observers` leaves `run_lines` off; turn
+    it on for a runner that only reports `RunRecord`s.
+    """
+
+    def __init__(self, *, run_lines: bool = False) -> None:
+        self.run_lines = run_lines
+
+    def run_finished(self, record: RunRecord) -> None:
+        if self.run_lines:
+            log_run_line(record)
+
+    def target_paused(self, target: str, since: datetime) -> None:
+        target_logger.warning(
+            "target paused target=%s since=%s",
+            target,
+            iso(since),
+            extra={"target": target, "since": iso(since)},
+        )
+
+    def target_resumed(self, target: str, paused_s: float) -> None:
+        target_logger.info(
+            "target resumed target=%s paused_s=%.0f",
+            target,
+            paused_s,
+            extra={"target": target, "paused_s": round(paused_s, 3)},
+        )
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ts, level, logger, message, every `extra` field, the
+    current jobledger trace id when the record has none, and the exception text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": iso(datetime.fromtimestamp(record.created, UTC)),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name, value in vars(record).items():
+            if name not in _STANDARD and not name.startswith("_"):
+                out[name] = value
+        if out.get("trace_id") is None:
+            trace_id = context.current().trace_id
+            if trace_id:
+                out["trace_id"] = trace_id
+            else:
+                out.pop("trace_id", None)
+        if record.exc_info:
+            out["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            out["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def configure_logging(settings: Settings, stream: IO[str] | None = None) -> logging.Handler:
+    """Install one root handler for `settings.log_format` (text | json) and set
+    `settings.log_level`. Calling it again replaces the handler it installed before."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "_jobledger", False)]:
+        root.removeHandler(old)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler._jobledger = True  # type: ignore[attr-defined]
+    formatter = JsonFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    handler.setFormatter(formatter)
+    root.addHandler(handler)
+    root.setLevel(settings.log_level)
+    return handler
+
+
+@dataclass
+class Telemetry:
+    """What `install_observers` hung on the engine."""
+
+    logs: RunLogObserver
+    alerts: AlertObserver
+    metrics: MetricsObserver | None
+    tracing: TracingObserver | None
+
+    @property
+    def registry(self) -> Any:
+        """The Prometheus registry to serve at /metrics (None without prometheus_client)."""
+        return self.metrics.registry if self.metrics is not None else None
+
+
+def install_observers(
+    engine: Engine,
+    settings: Settings | None = None,
+    *,
+    alert_hook: AlertHook | None = None,
+    metrics_registry: Any = None,
+    tracer_provider: Any = None,
+) -> Telemetry:
+    """Add the run log, alert, metrics and tracing observers to `engine.observers`.
+
+    Metrics need prometheus_client (the `http` extra) and tracing opentelemetry-api (the
+    `otel` extra); a missing package leaves that observer out with a warning.
+    """
+    from jobledger.alerts import JOB_DEAD, AlertObserver, LogAlertHook
+
+    settings = settings or engine.settings
+    logs = RunLogObserver()
+    # reactors.outcome already writes the `job dead alert` error line for every DEAD
+    hook = alert_hook if alert_hook is not None else LogAlertHook(skip={JOB_DEAD})
+    alerts = AlertObserver(hook, pause_alert_s=settings.pause_alert_s, clock=engine.clock)
+    metrics: MetricsObserver | None = None
+    tracing: TracingObserver | None = None
+    try:
+        from jobledger.metrics import MetricsObserver, set_default_registry
+
+        metrics = MetricsObserver(metrics_registry)
+        set_default_registry(metrics.registry)
+    except ImportError:
+        logging.getLogger("jobledger").warning("prometheus_client is not installed: no metrics")
+    try:
+        from jobledger.tracing import TracingObserver
+
+        tracing = TracingObserver(tracer_provider)
+    except ImportError:  # pragma: no cover - tracing imports the api lazily
+        tracing = None
+    for observer in (logs, alerts, metrics, tracing):
+        if observer is not None:
+            engine.observers.add(observer)
+    return Telemetry(logs, alerts, metrics, tracing)

@@ -1,0 +1,178 @@
+"""Prometheus metrics, one `CollectorRegistry` per engine (never the global one).
+
+The HTTP layer serves them: `render(registry)` returns the exposition bytes (content
+type `CONTENT_TYPE`), or mount `metrics_asgi_app(registry)`. docs/operations.md says what
+to watch.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    make_asgi_app,
+)
+
+from jobledger.domain.jobs import Job
+from jobledger.observe import Observer, RunRecord
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# seconds, from a few ms (fast lane, idle engine) to an hour (backlog, long handlers)
+LATENCY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600,
+)  # fmt: skip
+
+FAILED_RESULTS = {"failed"}
+
+
+class MetricsObserver(Observer):
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.enqueued_total = Counter(
+            "jobledger_jobs_enqueued", "Jobs enqueued (committed)", ["target"], registry=r
+        )
+        self.delivered_total = Counter(
+            "jobledger_jobs_delivered", "Runs that succeeded", ["target"], registry=r
+        )
+        self.failed_total = Counter(
+            "jobledger_jobs_failed", "Answered failures (a retry was scheduled)", ["target"],
+            registry=r,
+        )  # fmt: skip
+        self.dead_total = Counter(
+            "jobledger_jobs_dead", "Jobs that went DEAD", ["target"], registry=r
+        )
+        self.runs_total = Counter(
+            "jobledger_job_runs", "Runs by result", ["target", "result"], registry=r
+        )
+        self.start_delay = Histogram(
+            "jobledger_job_start_delay_seconds",
+            "From the job becoming due (commit, or its retry time) to the run's start",
+            ["lane"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.run_duration = Histogram(
+            "jobledger_job_run_duration_seconds",
+            "Handler run time",
+            ["lane", "target"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.partitions = Gauge(
+            "jobledger_partitions_owned", "Fast-lane partitions owned by a pod", ["pod"], registry=r
+        )
+        self.paused = Gauge(
+            "jobledger_target_paused", "1 while the target is paused on this pod", ["target"],
+            registry=r,
+        )  # fmt: skip
+        self.paused_count = Gauge(
+            "jobledger_targets_paused", "Targets paused on this pod", registry=r
+        )
+        self.projection_lag_events = Gauge(
+            "jobledger_projection_lag_events", "Events a projection is behind the log",
+            ["projection"], registry=r,
+        )  # fmt: skip
+        self.schedule_missed_total = Counter(
+            "jobledger_schedule_missed_slots", "Schedule slots missed or skipped",
+            ["code", "reason"], registry=r,
+        )  # fmt: skip
+        self.lossy_dropped_total = Counter(
+            "jobledger_lossy_dropped", "Lossy items dropped", ["target", "reason"], registry=r
+        )
+        self._paused_targets: set[str] = set()
+
+    def enqueued(self, target: str, count: int) -> None:
+        if count > 0:
+            self.enqueued_total.labels(target).inc(count)
+
+    def run_finished(self, record: RunRecord) -> None:
+        job = record.job
+        self.runs_total.labels(job.target, record.result).inc()
+        if record.result == "ok":
+            self.delivered_total.labels(job.target).inc()
+        elif record.result in FAILED_RESULTS:
+            self.failed_total.labels(job.target).inc()
+        self.run_duration.labels(job.lane.value, job.target).observe(record.duration_ms / 1000)
+        if record.started_at is not None:
+            self.start_delay.labels(job.lane.value).observe(start_delay_s(job, record.started_at))
+
+    def job_dead(self, job: Job, reason: str, error: str | None) -> None:
+        self.dead_total.labels(job.target).inc()
+
+    def target_paused(self, target: str, since: datetime) -> None:
+        self._paused_targets.add(target)
+        self.paused.labels(target).set(1)
+        self.paused_count.set(len(self._paused_targets))
+
+    def target_resumed(self, target: str, paused_s: float) -> None:
+        self._paused_targets.discard(target)
+        self.paused.labels(target).set(0)
+        self.paused_count.set(len(self._paused_targets))
+
+    def partitions_owned(self, pod: str, count: int) -> None:
+        self.partitions.labels(pod).set(count)
+
+    def schedule_missed(self, code: str, slots: int, reason: str) -> None:
+        self.schedule_missed_total.labels(code, reason).inc(max(slots, 1))
+
+    def projection_lag(self, name: str, events_behind: int) -> None:
+        self.projection_lag_events.labels(name).set(events_behind)
+
+    def lossy_dropped(self, target: str, reason: str) -> None:
+        self.lossy_dropped_total.labels(target, reason).inc()
+
+
+def start_delay_s(job: Job, started_at: datetime) -> float:
+    """Commit side → start: `next_run_at` is the commit time for a first run (or the
+    requested run_at), the retry time after a failure; never below 0."""
+    return max((started_at - job.next_run_at).total_seconds(), 0.0)
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text exposition of `registry` (serve with `CONTENT_TYPE`)."""
+    return generate_latest(registry)
+
+
+def metrics_asgi_app(registry: CollectorRegistry) -> Any:
+    """An ASGI app serving `registry`, to mount at /metrics."""
+    return make_asgi_app(registry=registry)
+
+
+_default_registry: CollectorRegistry | None = None
+
+
+def set_default_registry(registry: CollectorRegistry | None) -> None:
+    """The registry `asgi_app()` serves when given none (set by `install_observers`)."""
+    global _default_registry
+    _default_registry = registry
+
+
+def asgi_app(registry: CollectorRegistry | None = None) -> Any:
+    """An ASGI app for /metrics. Without `registry` it serves, at request time, the one
+    `install_observers` last installed (so the route can be built before the engine);
+    404 when none is installed. Never prometheus_client's global registry."""
+    apps: dict[int, Any] = {}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        chosen = registry if registry is not None else _default_registry
+        if chosen is None:
+            body = b"no metrics registry installed\n"
+            headers = [(b"content-type", b"text/plain; charset=utf-8")]
+            await send({"type": "http.response.start", "status": 404, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        served = apps.get(id(chosen))
+        if served is None:
+            served = apps[id(chosen)] = make_asgi_app(registry=chosen)
+        await served(scope, receive, send)
+
+    return app
