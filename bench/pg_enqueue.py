@@ -1,0 +1,136 @@
+"""Enqueue costs on PostgreSQL, each against a raw psycopg baseline of the same run.
+
+(a) one enqueue inside a caller transaction that also inserts a business row, against
+    the raw transaction that only inserts the business row (goal <= 1.1x);
+(b) a batch of 1,000 enqueues per transaction (goal ≥ 50,000 jobs/s), against raw
+    executemany and COPY of the same job rows into a table shaped like `jobs`.
+
+    .venv/bin/python bench/pg_enqueue.py [--single N] [--batches N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from pg_common import engine, fresh_store, line, median_ms, timed
+
+from jobledger.domain.jobs import NewJob
+from jobledger.storage.postgres.encode import job_record
+from jobledger.storage.postgres.statements import JOB_COLUMNS
+
+
+async def single(n: int) -> None:
+    async with fresh_store() as store:
+        eng = engine(store)
+        s = store.s
+        async with store.pool.connection() as conn:
+            await conn.execute(f"CREATE TABLE {s}.business (id bigint, note text)")
+
+        async def raw(i: int) -> None:
+            async with store.pool.connection() as conn, conn.transaction():
+                await conn.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+
+        async def with_job(i: int) -> None:
+            async with eng.transaction() as tx:
+                await tx.native.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+                await eng.enqueue("kafka:bench", {"n": i}, key=f"k{i % 100}", tx=tx)
+
+        await timed(200, raw)  # warm up both paths (prepared statements, caches)
+        await timed(200, with_job)
+        base, ours = [], []
+        for _ in range(3):  # interleave so drift hits both sides alike
+            base += await timed(n // 3, raw)
+            ours += await timed(n // 3, with_job)
+        b, o = median_ms(base), median_ms(ours)
+        print("(a) one enqueue in the caller's transaction, median per transaction")
+        print(line("raw: BEGIN; INSERT business; COMMIT", b, "ms"))
+        print(line("store: same + engine.enqueue (append_in + NOTIFY)", o, "ms"))
+        print(line("ratio (goal <= 1.1)", o / b, "x"))
+
+
+async def batches(n: int, size: int = 1000) -> None:
+    async with fresh_store() as store:
+        eng = engine(store)
+        s = store.s
+        async with store.pool.connection() as conn:
+            await conn.execute(f"CREATE TABLE {s}.raw_jobs (LIKE {s}.jobs INCLUDING ALL)")
+
+        def items(b: int) -> list[NewJob]:
+            return [
+                NewJob("kafka:bench", {"n": i}, key=f"k{i % 500}", version=i,
+                       dedupe_key=f"b{b}-{i}")
+                for i in range(size)
+            ]
+
+        async def ours(b: int) -> None:
+            async with eng.transaction() as tx:
+                flags = await eng.enqueue_many(items(b), tx=tx)
+                assert all(f.inserted for f in flags)
+
+        # the same rows the store writes, as the baseline inserts them
+        await ours(-1)
+        rows = await store.all_jobs()
+        cols = [*JOB_COLUMNS.split(", "), "order_key"]
+
+        def raw_rows(b: int) -> list[tuple[object, ...]]:
+            out = []
+            for j in rows[:size]:
+                record = job_record(j)
+                record["id"] = f"{b:08d}{record['id'][8:]}"
+                out.append(tuple(
+                    _adapt(record[c]) for c in cols
+                ))
+            return out
+
+        from psycopg.types.json import Jsonb
+
+        def _adapt(value: object) -> object:
+            return Jsonb(value) if isinstance(value, dict) else value
+
+        insert = (f"INSERT INTO {s}.raw_jobs ({', '.join(cols)}) VALUES"
+                  f" ({', '.join(['%s'] * len(cols))})")
+
+        async def raw_many(b: int) -> None:
+            data = raw_rows(b)
+            async with store.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                await cur.executemany(insert, data)
+
+        async def raw_copy(b: int) -> None:
+            data = raw_rows(b + 100_000)
+            copy = f"COPY {s}.raw_jobs ({', '.join(cols)}) FROM STDIN"
+            async with (
+                store.pool.connection() as conn,
+                conn.transaction(),
+                conn.cursor() as cur,
+                cur.copy(copy) as cp,
+            ):
+                for r in data:
+                    await cp.write_row(r)
+
+        results: dict[str, float] = {}
+        for name, fn in (("executemany", raw_many), ("copy", raw_copy), ("store", ours)):
+            started = time.perf_counter()
+            for b in range(n):
+                await fn(b)
+            results[name] = n * size / (time.perf_counter() - started)
+        print(f"(b) batches of {size} per transaction, {n} batches")
+        print(line("raw executemany of the job rows (pipeline)", results["executemany"], "rows/s"))
+        print(line("raw COPY of the job rows", results["copy"], "rows/s"))
+        print(line("store: engine.enqueue_many (events + rows + NOTIFY)", results["store"], "jobs/s"))
+        print(line("ratio store / raw COPY", results["store"] / results["copy"], "x"))
+        print(line("ratio store / raw executemany", results["store"] / results["executemany"], "x"))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--single", type=int, default=3000)
+    parser.add_argument("--batches", type=int, default=20)
+    args = parser.parse_args()
+    await single(args.single)
+    await batches(args.batches)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
