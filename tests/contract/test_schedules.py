@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -312,6 +312,61 @@ async def test_override_moves_next_run_and_clear_goes_back(
     row = await scheduler.clear_cron_override("report", ADMIN)
     assert row.cron_override is None and row.next_run_at == utc(2026, 3, 2, 10, 0)
     assert (await scheduler.get("report")) == row
+
+
+class Interleaved:
+    """The real store, with one write of another writer slipped in just before this
+    pod's first schedule change reaches it (a concurrent slot record)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.before_first: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def apply(self, changes: Any, **kw: Any) -> list[bool]:
+        if self.before_first is not None and any(
+            c.stream.startswith("schedule:") for c in changes
+        ):
+            other, self.before_first = self.before_first, None
+            assert await self.store.apply([await other()]) == [True]
+        flags: list[bool] = await self.store.apply(changes, **kw)
+        return flags
+
+
+async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
+    store: Store, clock: FakeClock
+) -> None:
+    from jobledger.domain import schedules as sched
+    from jobledger.domain.jobs import Stamp
+
+    racing = Interleaved(store)
+    scheduler = Scheduler(make_engine(cast(Store, racing), clock))
+    scheduler.declare("report", "0 * * * *", Slots())
+    await scheduler.sync()
+    clock.set(utc(2026, 3, 2, 10, 0, 1))
+
+    async def slot_record() -> Any:  # another pod records an older slot's run meanwhile
+        row = await store.get_schedule("report")
+        assert row is not None
+        old = sched.slot_job("report", utc(2026, 3, 2, 8, 0), job_id="old", partitions=64,
+                             stamp=Stamp(clock.now()))
+        return sched.slot_ran(row, old.row, Stamp(clock.now()))
+
+    racing.before_first = slot_record
+    (plan,) = await scheduler.tick()
+    assert plan.job is not None
+    (job,) = await pending(store, "report")
+    assert job.payload["slot"] == "2026-03-02T10:00:00.000Z"
+    events = await store.read_stream("schedule:report")
+    assert [e.type for e in events][-2:] == [
+        EventType.SCHEDULE_SLOT_RAN, EventType.SCHEDULE_SLOT_ENQUEUED,
+    ]
+    assert events[-1].data["job_id"] == job.id  # names the job that exists
+    row = await store.get_schedule("report")
+    assert row is not None and row.next_run_at == utc(2026, 3, 2, 11, 0)
+    assert verify_chain(events) == []
 
 
 # --- the slot run --------------------------------------------------------------------------

@@ -190,16 +190,11 @@ class Scheduler:
     async def _tick_one(
         self, row: Schedule, now: datetime
     ) -> tuple[sched.TickPlan | None, Schedule]:
+        written: tuple[datetime, str] | None = None  # (slot, job id) written on a lost race
         for _ in range(CAS_RETRIES):
-            stamp = Stamp(now, SYSTEM, context.new_trace_id())
-            plan = sched.plan_tick(
-                row,
-                now,
-                grace=self.grace,
-                stamp=stamp,
-                job_id=new_id(int(now.timestamp() * 1000)),
-                partitions=self.settings.partitions,
-            )
+            plan = self._plan(row, now, written[1] if written else None)
+            if plan is not None and written is not None and plan.slot != written[0]:
+                plan = self._plan(row, now, None)
             if plan is None:
                 return None, row
             flags = await self.store.apply(plan.changes)
@@ -209,7 +204,9 @@ class Scheduler:
                 return plan, plan.schedule.row
             if len(flags) > 1 and flags[1]:
                 # the schedule moved under us (an admin command or a slot record) but
-                # this slot's job was new: it is a real slot of the cron, so it stays
+                # this slot's job was new: it is a real slot of the cron, so it stays,
+                # and a re-plan of the same slot names this job in ScheduleSlotEnqueued
+                written = (plan.slot, plan.job.row.id if plan.job else "")
                 logger.warning(
                     "schedule %s: slot %s enqueued while the schedule changed concurrently",
                     row.code, plan.slot,
@@ -220,6 +217,16 @@ class Scheduler:
             row = fresh
         logger.warning("schedule %s: tick gave up after %d lost races", row.code, CAS_RETRIES)
         return None, row
+
+    def _plan(self, row: Schedule, now: datetime, job_id: str | None) -> sched.TickPlan | None:
+        return sched.plan_tick(
+            row,
+            now,
+            grace=self.grace,
+            stamp=Stamp(now, SYSTEM, context.new_trace_id()),
+            job_id=job_id or new_id(int(now.timestamp() * 1000)),
+            partitions=self.settings.partitions,
+        )
 
     def _report(self, plan: sched.TickPlan, *, job_written: bool) -> None:
         code = plan.schedule.stream.removeprefix("schedule:")
