@@ -216,3 +216,14 @@ async def test_broker_restart_recovers_with_a_new_producer(tansu: Tansu, make_ta
     await run(target, make_job("back", {"n": 3}))
     records = await consume(tansu.bootstrap, "back", 1)
     assert [json.loads(r.value)["n"] for r in records] == [3]
+
+
+async def test_a_send_after_stop_is_unreachable_not_an_answered_failure(
+    tansu: Tansu, make_target: Any
+) -> None:
+    target = make_target(tansu.bootstrap)
+    await run(target, make_job("late", {"n": 1}))
+    await target.stop()
+    with pytest.raises(TargetUnreachable, match="stopped"):
+        await run(target, make_job("late", {"n": 2}))
+    assert len(await consume(tansu.bootstrap, "late", 2, timeout_s=1.5)) == 1

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import ProducerClosed
 
 from jobledger import context
 from jobledger.domain.errors import ConfigError, DeadNow, TargetUnreachable
@@ -164,7 +165,9 @@ class KafkaTarget:
     async def send(self, record: Record) -> Any:
         """One record, one try; returns aiokafka's RecordMetadata or raises SendFailed."""
         if self._stopped:
-            raise SendFailed(Phase.CONNECT, RuntimeError("the kafka target is stopped"))
+            # nothing sent: the row waits (TargetUnreachable), no attempt spent — a lane
+            # still running while the pod shuts down must not burn retries
+            raise SendFailed(Phase.CONNECT, ProducerClosed("the kafka target is stopped"))
         producer = self._producer or await self._ready_producer()
         assert self.options is not None
         try:
