@@ -246,8 +246,19 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 
 
 def _check_keys(value: tuple[str, ...]) -> str | None:
+    """The HTTP layer's own parser (`key[:role[:id]]`) decides; checked here at start-up."""
     bad = [k for k in value if not k or any(c.isspace() for c in k)]
-    return "an API key must be non-empty and contain no spaces" if bad else None
+    if bad:
+        return "an API key must be non-empty and contain no spaces"
+    try:
+        from jobledger.http.auth import parse_api_keys
+    except ImportError:  # the http extra is not installed: nothing serves the keys
+        return None
+    try:
+        parse_api_keys(value)
+    except ConfigError as exc:
+        return exc.message
+    return None
 
 
 # --- the table of settings --------------------------------------------------------------
@@ -307,13 +318,13 @@ SPECS: tuple[Spec, ...] = (
         "log_retention_days",
         _opt_days,
         _opt_positive,
-        "Event log kept for (days); forever when unset.",
+        "Event log kept for (days); unset = forever (not enforced yet).",
     ),
     Spec(
         "dedupe_window_days",
         _opt_days,
         _opt_positive,
-        "Dedupe keys remembered for (days); as long as the log when unset.",
+        "Dedupe window (days); unset = as long as the log (not enforced yet).",
     ),
     Spec("kafka_enabled", _bool, None, "off: Kafka targets are paused, nothing is sent."),
     Spec(
@@ -359,7 +370,13 @@ SPECS: tuple[Spec, ...] = (
         _at_least(0),
         "Schedules this frequent or more default to missed-slot policy skip (s).",
     ),
-    Spec("api_keys", _keys, _check_keys, "Admin API keys, comma-separated (secret).", secret=True),
+    Spec(
+        "api_keys",
+        _keys,
+        _check_keys,
+        "Admin API keys key[:role[:id]],… (secret; see docs/admin.md).",
+        secret=True,
+    ),
     Spec(
         "store_url",
         _opt_str,

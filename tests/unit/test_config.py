@@ -115,6 +115,11 @@ def test_jobledger_name_beats_the_reference_alias() -> None:
         ({"JOBLEDGER_MAX_ATTEMPTS_BY_CODE": "a"}, r"code=attempts"),
         ({"JOBLEDGER_LOSSY_REDIS_URL": "http://x"}, r"lossy_redis_url .*redis://"),
         ({"JOBLEDGER_KAFKA_BOOTSTRAP": "broker"}, r"kafka_bootstrap .*host:port"),
+        (
+            {"JOBLEDGER_API_KEYS": "short"},
+            r"api_keys \(env JOBLEDGER_API_KEYS='\*\*\*'\).*8 characters",
+        ),
+        ({"JOBLEDGER_API_KEYS": "longenoughkey:superuser"}, r"api_keys .*role 'superuser'"),
         ({"JOBLEDGER_LOG_FORMAT": "xml"}, r"log_format .*text, json"),
         ({"JOBLEDGER_HEARTBEAT_S": "30"}, r"heartbeat_s .*must be shorter than partition_lease_s"),
         ({"JOBLEDGER_LONG_HEARTBEAT_S": "600"}, r"long_heartbeat_s .*shorter than long_lease_s"),
