@@ -1,0 +1,58 @@
+"""The long chaos run: `python bench/chaos.py --jobs 100000 --minutes 15`.
+
+Same harness as tests/chaos/test_chaos_short.py (tests/chaos/harness.py), longer and
+bigger: workers SIGKILLed every few seconds, worker backends terminated, the broker
+hung and restarted, PostgreSQL restarted once; then every check, one summary table.
+Exit status 0 when every check passed. Run from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.chaos.harness import Config, run_chaos  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--minutes", type=float, default=15.0, help="fault window")
+    parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--kill-every", type=float, default=8.0, help="seconds")
+    parser.add_argument("--terminate-every", type=float, default=20.0, help="seconds")
+    parser.add_argument("--hangs", type=int, default=4)
+    parser.add_argument("--broker-restarts", type=int, default=2)
+    parser.add_argument("--no-pg-restart", action="store_true")
+    parser.add_argument("--drain-timeout", type=float, default=600.0, help="seconds")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="jobledger-chaos-"))
+    config = Config(
+        args.store, jobs=args.jobs, seconds=args.minutes * 60, workdir=workdir,
+        workers=args.workers, keys=args.keys, batch=50, kill_every_s=args.kill_every,
+        terminate_every_s=args.terminate_every, hangs=args.hangs,
+        broker_restarts=args.broker_restarts, pg_restart=not args.no_pg_restart,
+        drain_timeout_s=args.drain_timeout,
+    )
+    summary = asyncio.run(run_chaos(config))
+    print(f"\n{' '.join(['python', 'bench/chaos.py', *sys.argv[1:]])}  (logs: {workdir})\n")
+    print(summary.table())
+    return 0 if summary.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
