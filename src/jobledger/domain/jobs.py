@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobledger.domain.errors import InvalidStatus
 from jobledger.domain.events import GENESIS_HASH, Actor, Event, EventType, new_event
+from jobledger.domain.policies import retry_delay
 from jobledger.domain.timeutil import at_ms, iso, parse_iso
 
 MAX_ERROR_CHARS = 2000
@@ -99,6 +100,9 @@ class Job:
         return self.key if self.key is not None else f"\x00{self.id}"
 
 
+_JOB_FIELD_NAMES = tuple(f.name for f in fields(Job))
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """Events to append to one stream and the row they leave in its read model.
@@ -146,11 +150,74 @@ class Stamp:
 # --- folding events into the row ------------------------------------------------------
 
 
-def _cleared(job: Job) -> Job:
-    return replace(
-        job, claimed_by=None, claim_token=None, lease_until=None, inflight_token=None,
-        running_code=None,
-    )
+_CLEARED: dict[str, Any] = {
+    "claimed_by": None, "claim_token": None, "lease_until": None, "inflight_token": None,
+    "running_code": None,
+}
+_LEAVES_QUEUE = frozenset(
+    {EventType.JOB_SUCCEEDED, EventType.JOB_SKIPPED, EventType.JOB_CANCELLED, EventType.JOB_EXPIRED}
+)
+
+
+def _evolve(job: Job, changes: dict[str, Any]) -> Job:
+    """`dataclasses.replace` without its per-call field introspection (the hot path)."""
+    values = {name: getattr(job, name) for name in _JOB_FIELD_NAMES}
+    values.update(changes)
+    return Job(**values)
+
+
+def _changes_for(job: Job, event: Event) -> dict[str, Any]:
+    """The fields `event` sets on `job` (besides version, hash and updated_at)."""
+    data = event.data
+    kind = event.type
+    if kind == EventType.JOB_DISPATCHED:
+        return {"inflight_token": data["token"], "claimed_by": data.get("pod")}
+    if kind == EventType.JOB_CLAIMED:
+        return {
+            "status": JobStatus.RUNNING,
+            "claimed_by": data.get("pod"),
+            "claim_token": data["token"],
+            "lease_until": parse_iso(data["lease_until"]),
+            "running_code": data.get("running_code"),
+            "inflight_token": None,
+        }
+    if kind == EventType.JOB_LEASE_RENEWED:
+        return {"lease_until": parse_iso(data["lease_until"])}
+    if kind == EventType.JOB_FAILED:
+        return {
+            **_CLEARED,
+            "status": JobStatus.PENDING,
+            "attempts": data["attempts"],
+            "next_run_at": parse_iso(data["next_run_at"]),
+            "last_error": data.get("error"),
+        }
+    if kind in (EventType.JOB_DEFERRED, EventType.JOB_REQUEUED):
+        next_run = data.get("next_run_at")
+        return {
+            **_CLEARED,
+            "status": JobStatus.PENDING,
+            "next_run_at": parse_iso(next_run) if next_run else job.next_run_at,
+            "last_error": data.get("error", job.last_error),
+        }
+    if kind == EventType.JOB_DEAD:
+        return {
+            **_CLEARED,
+            "status": JobStatus.DEAD,
+            "attempts": data.get("attempts", job.attempts),
+            "last_error": data.get("error", job.last_error),
+            "dead_reason": data.get("reason"),
+            "closed_at": event.at,
+        }
+    if kind == EventType.JOB_RETRIED:
+        return {
+            **_CLEARED,
+            "status": JobStatus.PENDING,
+            "attempts": 0,
+            "next_run_at": event.at,
+            "dead_reason": None,
+            "closed_at": None,
+        }
+    raise ValueError(f"{event.stream}: unknown job event {kind}")
 
 
 def apply(job: Job | None, event: Event) -> Job | None:
@@ -159,7 +226,6 @@ def apply(job: Job | None, event: Event) -> Job | None:
     if event.type == EventType.JOB_ENQUEUED:
         if job is not None:
             raise ValueError(f"{event.stream}: enqueued twice")
-        actor = event.actor
         return Job(
             id=data["id"],
             code=data["code"],
@@ -180,68 +246,15 @@ def apply(job: Job | None, event: Event) -> Job | None:
             headers=data.get("headers"),
             trace_id=event.trace_id,
             traceparent=data.get("traceparent"),
-            actor=actor,
+            actor=event.actor,
         )
     if job is None:
         raise ValueError(f"{event.stream} v{event.version}: {event.type} before JobEnqueued")
-    job = replace(job, stream_version=event.version, last_hash=event.hash, updated_at=event.at)
-    kind = event.type
-    if kind == EventType.JOB_DISPATCHED:
-        return replace(job, inflight_token=data["token"], claimed_by=data.get("pod"))
-    if kind == EventType.JOB_CLAIMED:
-        return replace(
-            job,
-            status=JobStatus.RUNNING,
-            claimed_by=data.get("pod"),
-            claim_token=data["token"],
-            lease_until=parse_iso(data["lease_until"]),
-            running_code=data.get("running_code"),
-            inflight_token=None,
-        )
-    if kind == EventType.JOB_LEASE_RENEWED:
-        return replace(job, lease_until=parse_iso(data["lease_until"]))
-    if kind == EventType.JOB_FAILED:
-        return replace(
-            _cleared(job),
-            status=JobStatus.PENDING,
-            attempts=data["attempts"],
-            next_run_at=parse_iso(data["next_run_at"]),
-            last_error=data.get("error"),
-        )
-    if kind in (EventType.JOB_DEFERRED, EventType.JOB_REQUEUED):
-        next_run = data.get("next_run_at")
-        return replace(
-            _cleared(job),
-            status=JobStatus.PENDING,
-            next_run_at=parse_iso(next_run) if next_run else job.next_run_at,
-            last_error=data.get("error", job.last_error),
-        )
-    if kind == EventType.JOB_DEAD:
-        return replace(
-            _cleared(job),
-            status=JobStatus.DEAD,
-            attempts=data.get("attempts", job.attempts),
-            last_error=data.get("error", job.last_error),
-            dead_reason=data.get("reason"),
-            closed_at=event.at,
-        )
-    if kind == EventType.JOB_RETRIED:
-        return replace(
-            _cleared(job),
-            status=JobStatus.PENDING,
-            attempts=0,
-            next_run_at=event.at,
-            dead_reason=None,
-            closed_at=None,
-        )
-    if kind in (
-        EventType.JOB_SUCCEEDED,
-        EventType.JOB_SKIPPED,
-        EventType.JOB_CANCELLED,
-        EventType.JOB_EXPIRED,
-    ):
+    if event.type in _LEAVES_QUEUE:
         return None
-    raise ValueError(f"{event.stream}: unknown job event {kind}")
+    changes = _changes_for(job, event)
+    changes.update(stream_version=event.version, last_hash=event.hash, updated_at=event.at)
+    return _evolve(job, changes)
 
 
 def fold(events: list[Event]) -> Job | None:
@@ -394,8 +407,6 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
     paused unless the target is up), at-least-once treated as unreachable; dead_now →
     DEAD, pause state left as it is.
     """
-    from jobledger.domain.policies import retry_delay
-
     error = _error_text(run.error)
     if run.result == Result.OK:
         data: dict[str, Any] = {"attempts": job.attempts, "duration_ms": round(run.duration_ms, 3)}

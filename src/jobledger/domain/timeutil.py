@@ -11,15 +11,17 @@ from datetime import UTC, datetime, timedelta
 
 def at_ms(value: datetime) -> datetime:
     """`value` as an aware UTC datetime truncated to whole milliseconds."""
-    if value.tzinfo is None:
-        raise ValueError("naive datetime: jobledger only handles aware times")
-    value = value.astimezone(UTC)
-    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    if value.tzinfo is not UTC:
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: jobledger only handles aware times")
+        value = value.astimezone(UTC)
+    micro = value.microsecond
+    return value if micro % 1000 == 0 else value.replace(microsecond=micro - micro % 1000)
 
 
 def iso(value: datetime) -> str:
     """ISO 8601 text with milliseconds and a Z, e.g. 2026-11-29T11:51:53.123Z."""
-    return at_ms(value).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return at_ms(value).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def parse_iso(text: str) -> datetime:
