@@ -40,11 +40,21 @@ class Reactor(Protocol):
 
 class Runtime:
     def __init__(
-        self, engine: Engine, *, pod_id: str | None = None, reactors: Sequence[Reactor] = ()
+        self,
+        engine: Engine,
+        *,
+        pod_id: str | None = None,
+        reactors: Sequence[Reactor] = (),
+        services: Sequence[Reactor] = (),
     ) -> None:
+        """`reactors` make work (the schedule ticker): started after the lanes and
+        stopped before them. `services` are what handlers use (the Kafka producer, the
+        lossy runner): started before the lanes and stopped after the last in-flight
+        run has finished, so no run meets a stopped producer."""
         self.engine = engine
         self.pod = pod_id or make_pod_id()
         self.reactors = list(reactors)
+        self.services = list(services)
         settings = engine.settings
         self.pauses = PauseMap(engine.clock, settings.probe_interval_s, engine.observers)
         self.outcomes = OutcomePath(engine, self.pauses)
@@ -57,6 +67,7 @@ class Runtime:
         self.started = False
         self._tasks: list[asyncio.Task[None]] = []
         self._started_reactors: list[Reactor] = []
+        self._started_services: list[Reactor] = []
 
     @property
     def workers_on(self) -> bool:
@@ -69,6 +80,9 @@ class Runtime:
         if not self.workers_on:
             logger.info("workers off (JOBS_WORKERS=off): pod %s only enqueues", self.pod)
             return
+        for service in self.services:
+            await service.start()
+            self._started_services.append(service)
         feed_ready = asyncio.Event()
         self._tasks.append(asyncio.create_task(self._feed(feed_ready), name="jobledger-feed"))
         await feed_ready.wait()  # subscribed before the first read: no wake-up is lost
@@ -85,12 +99,7 @@ class Runtime:
         if not self.started:
             return
         self.started = False
-        for reactor in reversed(self._started_reactors):
-            try:
-                await reactor.stop()
-            except Exception:
-                logger.exception("reactor %r failed to stop", reactor)
-        self._started_reactors.clear()
+        await _stop_all(self._started_reactors)
         if not self.workers_on:
             return
         self.leases.stop()
@@ -107,6 +116,7 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await _stop_all(self._started_services)
         logger.info("pod %s stopped", self.pod)
 
     async def run_forever(self) -> None:
@@ -164,3 +174,13 @@ async def _mark_ready(ready: asyncio.Event) -> None:
     """Set once the feed generator had its first chance to subscribe."""
     await asyncio.sleep(0)
     ready.set()
+
+
+async def _stop_all(started: list[Reactor]) -> None:
+    """Stop in reverse start order; one failing stop does not keep the others running."""
+    for part in reversed(started):
+        try:
+            await part.stop()
+        except Exception:
+            logger.exception("%r failed to stop", part)
+    started.clear()
