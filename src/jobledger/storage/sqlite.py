@@ -78,7 +78,8 @@ _INSERT_EVENT = (
     f"INSERT INTO events ({', '.join(_q(c) for c in _EVENT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in _EVENT_COLUMNS)})"
 )
-_JOB_SELECT = f"SELECT {', '.join(_q(c) for c in rows.JOB_FIELDS)} FROM jobs"
+_JOB_COLUMNS_SQL = ", ".join(_q(c) for c in rows.JOB_FIELDS)
+_JOB_SELECT = f"SELECT {_JOB_COLUMNS_SQL} FROM jobs"
 _SCHEDULE_SELECT = f"SELECT {', '.join(_q(c) for c in rows.SCHEDULE_FIELDS)} FROM schedules"
 _EVENT_SELECT = f"SELECT {', '.join(_q(c) for c in rows.EVENT_FIELDS)} FROM events"
 
@@ -342,7 +343,8 @@ class SqliteStore(Store):
     # --- the queue ---------------------------------------------------------------------------
     async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
         sql = (
-            f"{_JOB_SELECT} WHERE status = 'PENDING' AND lane = 'fast' AND \"partition\" = ?"
+            f"{_JOB_SELECT} INDEXED BY jobs_fast_pending"
+            " WHERE status = 'PENDING' AND lane = 'fast' AND \"partition\" = ?"
             + (" AND order_key > ?" if after_key is not None else "")
             + " ORDER BY order_key, version, id LIMIT ?"
         )
@@ -354,9 +356,11 @@ class SqliteStore(Store):
     async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
         at = iso(now)
         sql = (
-            f"SELECT * FROM ({_JOB_SELECT} WHERE status = 'PENDING' AND lane = 'long'"
-            " AND next_run_at <= ? ORDER BY next_run_at, id LIMIT ?)"
-            f" UNION ALL SELECT * FROM ({_JOB_SELECT} WHERE status = 'RUNNING' AND lane = 'long'"
+            f"SELECT * FROM (SELECT {_JOB_COLUMNS_SQL} FROM jobs INDEXED BY jobs_long_pending"
+            " WHERE status = 'PENDING' AND lane = 'long' AND next_run_at <= ?"
+            " ORDER BY next_run_at, id LIMIT ?)"
+            f" UNION ALL SELECT * FROM (SELECT {_JOB_COLUMNS_SQL} FROM jobs"
+            " INDEXED BY jobs_running_lease WHERE status = 'RUNNING' AND lane = 'long'"
             " AND lease_until <= ? ORDER BY next_run_at, id LIMIT ?)"
             " ORDER BY next_run_at, id LIMIT ?"
         )
@@ -365,14 +369,15 @@ class SqliteStore(Store):
 
     async def running_codes(self, now: datetime) -> set[str]:
         sql = (
-            "SELECT running_code FROM jobs WHERE status = 'RUNNING'"
+            "SELECT running_code FROM jobs INDEXED BY jobs_running_code WHERE status = 'RUNNING'"
             " AND running_code IS NOT NULL AND lease_until > ?"
         )
         return await self._read(lambda c: {r[0] for r in c.execute(sql, (iso(now),))})
 
     async def inflight(self, partition: int) -> list[Job]:
         sql = (
-            f"{_JOB_SELECT} WHERE inflight_token IS NOT NULL AND \"partition\" = ?"
+            f"{_JOB_SELECT} INDEXED BY jobs_inflight"
+            " WHERE inflight_token IS NOT NULL AND \"partition\" = ?"
             " AND lane = 'fast' ORDER BY id"
         )
         return await self._read(lambda c: [_job(r) for r in c.execute(sql, (partition,))])
@@ -381,13 +386,15 @@ class SqliteStore(Store):
         def work(conn: sqlite3.Connection) -> datetime | None:
             if lane == Lane.LONG:
                 found = [conn.execute(
-                    "SELECT min(next_run_at) FROM jobs WHERE status = 'PENDING' AND lane = 'long'"
+                    "SELECT min(next_run_at) FROM jobs INDEXED BY jobs_long_pending"
+                    " WHERE status = 'PENDING' AND lane = 'long'"
                 ).fetchone()[0]]
             else:
                 # one index seek per partition (jobs_fast_due), not a scan of the backlog
                 found = [
                     conn.execute(
-                        "SELECT min(next_run_at) FROM jobs WHERE status = 'PENDING'"
+                        "SELECT min(next_run_at) FROM jobs INDEXED BY jobs_fast_due"
+                        " WHERE status = 'PENDING'"
                         " AND lane = 'fast' AND \"partition\" = ?",
                         (p,),
                     ).fetchone()[0]
@@ -590,26 +597,30 @@ class SqliteStore(Store):
         return self._data_version_of(self._w.conn)
 
     async def _watch(self) -> None:
-        """Publish EVERYTHING when another connection (another process) committed.
-
-        `PRAGMA data_version` on the writer connection changes only on commits made by
-        other connections, so this process's own commits (published with their
-        partitions already) never trigger it. Reads only; skips a tick while a write holds
-        the connection.
-        """
         while True:
             await asyncio.sleep(self.watch_interval)
-            if self._lock.locked():
-                continue
             try:
-                async with self._lock:
-                    version = await self._w.run(self._read_data_version)
+                await self.check_foreign_commits()
             except sqlite3.Error:
                 logger.exception("sqlite %s: data_version check failed", self.path)
-                continue
-            if version != self._data_version:
-                self._data_version = version
-                self._feed.publish_everything()
+
+    async def check_foreign_commits(self) -> bool:
+        """Publish EVERYTHING if another connection (another process) committed since the
+        last check; return whether it did. The watcher calls this every `watch_interval`.
+
+        `PRAGMA data_version` on the writer connection changes only on commits made by
+        other connections, so this process's own commits (already published with their
+        partitions) never trigger it. Reads only; skips while a write holds the connection.
+        """
+        if self._lock.locked():
+            return False
+        async with self._lock:
+            version = await self._w.run(self._read_data_version)
+        if version == self._data_version:
+            return False
+        self._data_version = version
+        self._feed.publish_everything()
+        return True
 
 
 # --- the write path shared by apply() and append_in() ---------------------------------------
