@@ -7,7 +7,8 @@ and an unused schema name to tests that open stores (or worker processes) themse
 
 from __future__ import annotations
 
-import asyncio
+import atexit
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -23,9 +24,9 @@ from jobledger.storage.port import Store, native_handle
 from jobledger.storage.postgres import PostgresStore
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-#: the tests' own database: a log read waits for transactions of its database only, so
-#: other suites' open transactions on the shared server do not slow these tests
-TEST_DATABASE = "jobledger_pg_tests"
+#: each test process gets its own database: a log read waits for the open transactions
+#: of its database, so other processes' tests (on the shared server) never slow it down
+TEST_DATABASE = f"jl_pg_tests_{os.getpid()}"
 _OPEN: list[str] = []  # schemas of the stores make_store has open, newest last
 
 
@@ -42,18 +43,31 @@ async def reachable_dsn() -> str:
     except psycopg.OperationalError as exc:
         pytest.skip(f"PostgreSQL not reachable at {url}: {exc}")
     async with admin:
-        for _ in range(20):
-            cur = await admin.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (TEST_DATABASE,)
-            )
-            if await cur.fetchone():
-                break
-            try:
-                await admin.execute(f'CREATE DATABASE "{TEST_DATABASE}"')
-            except (psycopg.errors.DuplicateDatabase, psycopg.errors.ObjectInUse,
-                    psycopg.errors.UniqueViolation):
-                await asyncio.sleep(0.1)  # another process is creating it
+        cur = await admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (TEST_DATABASE,))
+        if not await cur.fetchone():
+            await _drop_stale(admin)
+            await admin.execute(f'CREATE DATABASE "{TEST_DATABASE}"')
+            atexit.register(_drop_database, url, TEST_DATABASE)
     return make_conninfo(url, dbname=TEST_DATABASE)
+
+
+async def _drop_stale(admin: psycopg.AsyncConnection[Any]) -> None:
+    """Drop the databases of test processes of this machine that are gone."""
+    cur = await admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'jl_pg_tests_%%'")
+    for (name,) in await cur.fetchall():
+        pid = int(name.rsplit("_", 1)[1])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(psycopg.Error):
+                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except PermissionError:
+            pass
+
+
+def _drop_database(url: str, name: str) -> None:
+    with contextlib.suppress(psycopg.Error), psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @asynccontextmanager
