@@ -56,6 +56,8 @@ class Retention:
         self.interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self.expired_total = 0
+        self.sweeps = 0  # sweeps the background loop finished (failed ones included)
+        self._swept = asyncio.Condition()
 
     @property
     def retention(self) -> timedelta:
@@ -100,10 +102,18 @@ class Retention:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def wait_for_sweeps(self, count: int) -> None:
+        """Until the background loop has finished `count` sweeps since it started."""
+        async with self._swept:
+            await self._swept.wait_for(lambda: self.sweeps >= count)
+
     async def _loop(self) -> None:
         while True:
             try:
                 await self.run_once()
             except Exception:
                 logger.exception("retention sweep failed; next sweep in %ss", self.interval_s)
+            async with self._swept:
+                self.sweeps += 1
+                self._swept.notify_all()
             await self.clock.sleep(self.interval_s)

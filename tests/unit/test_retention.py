@@ -1,0 +1,90 @@
+"""DEAD retention: JobExpired for DEAD rows past `dead_retention_days` (by closed_at)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from jobledger.clock import FakeClock
+from jobledger.domain import jobs
+from jobledger.domain.events import EventType
+from jobledger.domain.jobs import Job, JobStatus, NewJob, Result, RunResult, Stamp
+from jobledger.projections.replay import replay
+from jobledger.projections.retention import Retention
+from jobledger.settings import Settings
+from jobledger.storage.port import Store
+from tests.contract.test_replay_workload import AMO, FAST, engine_for
+
+SETTINGS = Settings(dead_retention_days=30)
+
+
+async def _enqueue(store: Store, clock: FakeClock, count: int, tag: str) -> list[Job]:
+    engine = engine_for(store, clock)
+    items = [NewJob(FAST, {"i": i}, dedupe_key=f"{tag}:{i}") for i in range(count)]
+    async with engine.transaction() as tx:
+        results = await engine.enqueue_many(items, tx=tx)
+    rows = [await store.get_job(r.job_id) for r in results if r.job_id]
+    return [r for r in rows if r is not None]
+
+
+async def _kill(store: Store, clock: FakeClock, rows: list[Job]) -> list[Job]:
+    stamp = Stamp(clock.now())
+    outcomes = [jobs.decide_outcome(j, RunResult(Result.DEAD_NOW, "bad"), AMO, stamp) for j in rows]
+    assert await store.apply([o.change for o in outcomes]) == [True] * len(rows)
+    return [o.change.row for o in outcomes]
+
+
+async def test_dead_rows_expire_after_the_retention_period(store: Store, clock: FakeClock) -> None:
+    t0 = clock.now()
+    old = await _kill(store, clock, await _enqueue(store, clock, 3, "old"))
+    clock.advance(days=10)
+    young = await _kill(store, clock, await _enqueue(store, clock, 2, "young"))
+    pending = await _enqueue(store, clock, 2, "pending")
+    retention = Retention(store, clock=clock, settings=SETTINGS)
+
+    assert await retention.run_once(t0 + timedelta(days=30) - timedelta(milliseconds=1)) == 0
+    assert await retention.run_once(t0 + timedelta(days=30)) == 3
+    left = {j.id for j in await store.all_jobs()}
+    assert left == {j.id for j in young + pending}
+    for job in old:
+        last = (await store.read_stream(job.stream))[-1]
+        assert last.type == EventType.JOB_EXPIRED
+        assert last.data == {"retention_days": 30.0}
+        assert last.at == t0 + timedelta(days=30)
+    assert await retention.run_once(t0 + timedelta(days=30)) == 0  # nothing twice
+
+    assert await retention.run_once(t0 + timedelta(days=45)) == 2
+    assert {j.id for j in await store.all_jobs()} == {j.id for j in pending}
+    assert retention.expired_total == 5
+    assert (await replay(store)).ok
+
+
+async def test_a_retried_row_is_not_expired(store: Store, clock: FakeClock) -> None:
+    t0 = clock.now()
+    dead = await _kill(store, clock, await _enqueue(store, clock, 2, "r"))
+    retried = jobs.retry(dead[0], Stamp(clock.now()))
+    assert await store.apply([retried]) == [True]
+    retention = Retention(store, clock=clock, settings=SETTINGS)
+    assert await retention.run_once(t0 + timedelta(days=31)) == 1
+    rows = await store.all_jobs()
+    assert [(j.id, j.status) for j in rows] == [(dead[0].id, JobStatus.PENDING)]
+
+
+async def test_the_hourly_loop_runs_on_the_injected_clock(store: Store, clock: FakeClock) -> None:
+    await _kill(store, clock, await _enqueue(store, clock, 2, "loop"))
+    retention = Retention(store, clock=clock, settings=SETTINGS, interval_s=3600)
+    retention.start()
+    try:
+        await asyncio.wait_for(retention.wait_for_sweeps(1), 10)
+        assert retention.expired_total == 0 and len(await store.all_jobs()) == 2
+        clock.advance(minutes=59)  # the next sweep is an hour away
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert retention.sweeps == 1
+        clock.advance(days=30, minutes=1)
+        await asyncio.wait_for(retention.wait_for_sweeps(2), 10)
+        assert retention.expired_total == 2
+        assert await store.all_jobs() == []
+    finally:
+        await retention.stop()
+    await retention.stop()  # stopping twice is harmless
