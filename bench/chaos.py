@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=50, help="items per business transaction")
     parser.add_argument("--kill-every", type=float, default=8.0, help="seconds")
     parser.add_argument("--terminate-every", type=float, default=20.0, help="seconds")
     parser.add_argument("--hangs", type=int, default=4)
@@ -43,7 +44,7 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="jobledger-chaos-"))
     config = Config(
         args.store, jobs=args.jobs, seconds=args.minutes * 60, workdir=workdir,
-        workers=args.workers, keys=args.keys, batch=50, kill_every_s=args.kill_every,
+        workers=args.workers, keys=args.keys, batch=args.batch, kill_every_s=args.kill_every,
         terminate_every_s=args.terminate_every, hangs=args.hangs,
         broker_restarts=args.broker_restarts, pg_restart=not args.no_pg_restart,
         drain_timeout_s=args.drain_timeout,

@@ -692,8 +692,38 @@ async def run_chaos(config: Config) -> Summary:
     config.workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     slots_file = config.workdir / "slots.jsonl"
-    async with store_url(config.kind, config.workdir) as url, \
-            Tansu.running(config.workdir) as broker:
+    database = contextlib.AsyncExitStack()
+    url = await database.enter_async_context(store_url(config.kind, config.workdir))
+    try:
+        await _run(config, summary, url, slots_file)
+    finally:
+        try:
+            await database.aclose()
+        except Exception as exc:  # e.g. another suite dropped the database we connect from
+            summary.problem(f"dropping the run's database failed ({exc!r}); dropped via {dsn_name()}")
+            if config.kind == "postgres":
+                await drop_database(url)
+    summary.wall_s = time.monotonic() - started
+    logger.info("chaos summary\n%s", summary.table())
+    return summary
+
+
+def dsn_name() -> str:
+    from tests.factories.postgres import dsn
+
+    return dsn()
+
+
+async def drop_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    async with await psycopg.AsyncConnection.connect(dsn_name(), autocommit=True) as conn:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _run(config: Config, summary: Summary, url: str, slots_file: Path) -> None:
+    async with Tansu.running(config.workdir) as broker:
         await create_topics(broker.bootstrap)
         worker_url = url + f"?application_name={WORKER_APP_NAME}" if config.kind == "postgres" else url
         workers = Workers(worker_url, config.workdir / "unused.jsonl", 0.0)
@@ -705,6 +735,7 @@ async def run_chaos(config: Config) -> Summary:
         recorder = Recorder(broker.bootstrap)
         faults = Faults(config, workers, broker, recorder, url, summary)
         slot_window: tuple[datetime, datetime] | None = None
+        driver: asyncio.Task[float] | None = None
         try:
             await create_business_table(store)
             recorder.start()
@@ -717,6 +748,13 @@ async def run_chaos(config: Config) -> Summary:
             summary.drain_s = time.monotonic() - last_commit
             if not drained:
                 summary.problem(f"not drained within {config.drain_timeout_s:.0f}s")
+                for job in await store.all_jobs():
+                    if job.status != JobStatus.DEAD and job.target.startswith("kafka:"):
+                        summary.problem(
+                            f"open: {job.dedupe_key} {job.status} attempts={job.attempts}"
+                            f" next_run_at={job.next_run_at:%H:%M:%S} p={job.partition}"
+                            f" inflight={job.inflight_token} error={job.last_error!r:.120}"
+                        )
             faults.check_crashes()
             await faults.check_live(store)
             stopping = datetime.now(UTC)
@@ -743,6 +781,10 @@ async def run_chaos(config: Config) -> Summary:
             for line in verified.problems[:5]:
                 summary.problem(f"verify: {line}")
         finally:
+            if driver is not None and not driver.done():
+                driver.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await driver
             for proc in workers.procs:  # a worker left stopped by a failed fault
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
@@ -750,6 +792,4 @@ async def run_chaos(config: Config) -> Summary:
             workers.stop_all()
             await recorder.stop()
             await store.close()
-    summary.wall_s = time.monotonic() - started
-    return summary
 
