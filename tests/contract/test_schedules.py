@@ -639,3 +639,36 @@ async def test_ticker_fires_on_the_timer_and_on_admin_changes(
 async def _eq(read: Any, expected: int) -> bool:
     value: int = await read()
     return value == expected
+
+
+async def test_runtime_runs_the_slots_of_its_scheduler(
+    store: Store, clock: FakeClock, seeded: Store
+) -> None:
+    """The whole pod: Runtime(reactors=[scheduler]) ticks, the long lane wakes on the
+    feed and runs the slot; nothing but the FakeClock moves time."""
+    engine = make_engine(store, clock)
+    scheduler = Scheduler(engine)
+    slots = Slots()
+    slots.fail = 1
+    scheduler.declare("report", "0 * * * *", slots)
+    runtime = Runtime(engine, pod_id="pod-e2e", reactors=[scheduler])
+    await runtime.start()
+    try:
+        assert await store.get_schedule("report") is not None  # start() synced
+
+        async def ran(count: int) -> bool:
+            return len(slots.runs) == count and not runtime.long.current
+
+        clock.set(utc(2026, 3, 2, 10, 0, 0))
+        await until(lambda: ran(1))  # first run fails: retry in 1 min
+        clock.advance(minutes=1)
+        await until(lambda: ran(2))
+
+        async def done() -> bool:
+            row = await store.get_schedule("report")
+            recorded = row is not None and row.last_run_at == utc(2026, 3, 2, 10, 0)
+            return recorded and await pending(store, "report") == []
+
+        await until(done)
+    finally:
+        await runtime.stop()

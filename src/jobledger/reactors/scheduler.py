@@ -49,6 +49,8 @@ logger = logging.getLogger("jobledger.scheduler")
 CAS_RETRIES = 10
 #: how many PENDING jobs of a code the run_once collapse looks at (newest first)
 NEWER_SLOT_SCAN = 50
+#: pause before ticking again when a schedule is still due right after a tick
+MIN_RETICK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,14 +382,15 @@ class Scheduler:
 
     def delay(self) -> float:
         """Seconds until the next tick: the tick interval, or sooner when the earliest
-        next_run_at says so (a timer, not a poll)."""
+        next_run_at says so (a timer, not a poll); 0 when a schedule is due already."""
         delay = self.settings.schedule_tick_s
         if self._earliest is not None:
             until = (self._earliest - at_ms(self.clock.now())).total_seconds()
             delay = min(delay, until)
-        return max(delay, 0.001)
+        return max(delay, 0.0)
 
     async def _loop(self) -> None:
+        again = False  # a tick right after a tick, because a slot fell due meanwhile
         while not self._stopping:
             self._wake.clear()
             try:
@@ -397,7 +400,14 @@ class Scheduler:
                 self._earliest = None
             if self._stopping:
                 break
-            sleeper = asyncio.ensure_future(self.clock.sleep(self.delay()))
+            delay = self.delay()
+            if delay == 0.0 and not again:
+                again = True  # the clock passed a slot while this tick ran
+                continue
+            again = False
+            # still due right after a tick: a write keeps failing; do not spin
+            deadline = self.clock.now() + timedelta(seconds=delay or MIN_RETICK_S)
+            sleeper = asyncio.ensure_future(self._sleep_until(deadline))
             woken = asyncio.ensure_future(self._wake.wait())
             try:
                 await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
@@ -407,6 +417,13 @@ class Scheduler:
                         waiter.cancel()
                         with contextlib.suppress(asyncio.CancelledError):
                             await waiter
+
+    async def _sleep_until(self, deadline: datetime) -> None:
+        """Sleep on the clock until `deadline`, measured when the sleep starts (the
+        clock may have moved since the deadline was computed)."""
+        remaining = (deadline - self.clock.now()).total_seconds()
+        if remaining > 0:
+            await self.clock.sleep(remaining)
 
     async def _watch_feed(self) -> None:
         try:
