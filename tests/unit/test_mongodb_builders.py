@@ -241,3 +241,17 @@ def test_change_stream_pipeline_watches_whole_row_writes_of_the_read_models() ->
 def test_wake_from_change(change: dict[str, object], expected: tuple[object, object, bool]) -> None:
     wake = b.wake_from_change(change)
     assert (wake.partitions, wake.lanes, wake.schedules) == expected
+
+
+def test_closed_streams_pipeline_keeps_open_and_recent_streams_out() -> None:
+    pipeline = b.closed_streams_pipeline(NOW, 500)
+    assert pipeline[0] == {"$match": {"at": {"$lt": NOW}, "stream": {"$regex": "^job:"}}}
+    newer = pipeline[2]["$lookup"]
+    assert newer["from"] == "events" and newer["pipeline"][0]["$match"]["$expr"]["$and"][1] == {
+        "$gte": ["$at", NOW]
+    }
+    assert pipeline[3] == {"$match": {"newer": {"$size": 0}}}
+    assert pipeline[5]["$lookup"]["from"] == "jobs"
+    assert pipeline[6] == {"$match": {"open": {"$size": 0}}}
+    assert pipeline[7] == {"$limit": 500}
+    assert b.delete_streams_query(["job:a"]) == {"stream": {"$in": ["job:a"]}}

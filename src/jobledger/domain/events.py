@@ -99,6 +99,10 @@ class Event:
             "hash": self.hash,
         }
 
+    def json_line(self) -> str:
+        """One line of an export or archive file (JSON Lines, keys sorted)."""
+        return json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False) + "\n"
+
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

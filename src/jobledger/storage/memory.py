@@ -8,6 +8,7 @@ the contract suite holds for it too.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import copy
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -51,6 +52,7 @@ class MemoryStore(Store):
     def __init__(self, partitions: int = 64) -> None:
         self.partitions = partitions
         self.log: list[Event] = []
+        self.last_position = 0
         self.jobs: dict[str, Job] = {}
         self.schedules: dict[str, Schedule] = {}
         self.versions: dict[str, int] = {}
@@ -150,7 +152,8 @@ class MemoryStore(Store):
 
     def _apply_one(self, change: Change) -> None:
         for event in change.events:
-            self.log.append(_positioned(event, len(self.log) + 1))
+            self.last_position += 1
+            self.log.append(_positioned(event, self.last_position))
         self.versions[change.stream] = change.events[-1].version if change.events else change.expected_version
         if change.is_new and change.dedupe_key:
             self.dedupe.add(change.dedupe_key)
@@ -283,7 +286,29 @@ class MemoryStore(Store):
         return [e for e in self.log if e.stream == stream]
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
-        return self.log[after : after + limit]
+        start = bisect.bisect_right(self.log, after, key=_position)
+        return self.log[start : start + limit]
+
+    async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
+        newest: dict[str, datetime] = {}
+        for event in self.log:
+            if event.stream.startswith("job:"):
+                newest[event.stream] = event.at
+        closed = [
+            stream for stream, at in newest.items()
+            if at < before and stream.removeprefix("job:") not in self.jobs
+        ]
+        return closed[:limit]
+
+    async def delete_streams(self, streams: Sequence[str]) -> int:
+        doomed = set(streams)
+        kept = [e for e in self.log if e.stream not in doomed]
+        for event in self.log:
+            if event.stream in doomed and event.type == "JobEnqueued":
+                self.dedupe.discard(str(event.data.get("dedupe_key")))
+        removed = len(self.log) - len(kept)
+        self.log = kept
+        return removed
 
     async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
         return {k for k in keys if k in self.dedupe}
@@ -301,6 +326,10 @@ class MemoryStore(Store):
 
     def feed(self) -> AsyncIterator[Wake]:
         return self._feed.subscribe()
+
+
+def _position(event: Event) -> int:
+    return event.position or 0
 
 
 def _positioned(event: Event, position: int) -> Event:

@@ -224,6 +224,20 @@ class Store(abc.ABC):
     async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of `keys` an earlier JobEnqueued in the log already carries."""
 
+    # --- log retention (the archive) ------------------------------------------------------
+    @abc.abstractmethod
+    async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
+        """Job streams that have left the queue (no read-model row) and whose newest event
+        is older than `before`: what the log archive may export and then remove.
+        Schedule streams and open jobs are never returned."""
+
+    @abc.abstractmethod
+    async def delete_streams(self, streams: Sequence[str]) -> int:
+        """Remove every event of `streams` (closed job streams the archive has written
+        out); returns how many events were removed. Other events keep their positions.
+        Their dedupe keys are forgotten with them: the dedupe window is the log's
+        retention."""
+
     # --- checkpointed projections --------------------------------------------------------
     @abc.abstractmethod
     async def load_checkpoint(self, name: str) -> tuple[int, Any]:

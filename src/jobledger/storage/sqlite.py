@@ -543,6 +543,22 @@ class SqliteStore(Store):
         sql = f"{_EVENT_SELECT} WHERE position > ? ORDER BY position LIMIT ?"
         return await self._read(lambda c: [_event(r) for r in c.execute(sql, (after, limit))])
 
+    async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
+        sql = (
+            "SELECT stream FROM events WHERE stream LIKE 'job:%' GROUP BY stream"
+            " HAVING max(at) < ? AND NOT EXISTS"
+            " (SELECT 1 FROM jobs WHERE jobs.id = substr(stream, 5)) LIMIT ?"
+        )
+        return await self._read(lambda c: [r[0] for r in c.execute(sql, (iso(before), limit))])
+
+    async def delete_streams(self, streams: Sequence[str]) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            before = conn.total_changes
+            conn.executemany("DELETE FROM events WHERE stream = ?", [(s,) for s in streams])
+            return conn.total_changes - before
+
+        return await self._write(work) if streams else 0
+
     async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
         wanted = list(dict.fromkeys(keys))
         return await self._read(lambda c: _seen_keys(c.cursor(), wanted))

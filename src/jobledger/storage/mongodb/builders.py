@@ -192,6 +192,31 @@ def stream_exists_query(streams: Sequence[str]) -> Doc:
     return {"stream": {"$in": list(streams)}, "version": 1}
 
 
+def closed_streams_pipeline(before: datetime, limit: int) -> list[Doc]:
+    """Job streams whose newest event is older than `before` and that have no open row.
+
+    Served by the `at` index for the first match; the lookup keeps open jobs out.
+    """
+    return [
+        {"$match": {"at": {"$lt": before}, "stream": {"$regex": "^job:"}}},
+        {"$group": {"_id": "$stream"}},
+        {"$lookup": {"from": "events", "let": {"s": "$_id"}, "as": "newer", "pipeline": [
+            {"$match": {"$expr": {"$and": [{"$eq": ["$stream", "$$s"]}, {"$gte": ["$at", before]}]}}},
+            {"$limit": 1},
+        ]}},
+        {"$match": {"newer": {"$size": 0}}},
+        {"$addFields": {"job_id": {"$substrCP": ["$_id", 4, 64]}}},
+        {"$lookup": {"from": "jobs", "localField": "job_id", "foreignField": "_id", "as": "open"}},
+        {"$match": {"open": {"$size": 0}}},
+        {"$limit": limit},
+        {"$project": {"_id": 1}},
+    ]
+
+
+def delete_streams_query(streams: Sequence[str]) -> Doc:
+    return {"stream": {"$in": list(streams)}}
+
+
 # --- compare-and-set on the read models -------------------------------------------------
 
 

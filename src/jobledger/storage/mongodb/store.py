@@ -292,6 +292,16 @@ class MongoStore(Store):
             return set()
         return {d["dedupe_key"] async for d in self.db.events.find(b.dedupe_query(keys), {"dedupe_key": 1})}
 
+    async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
+        cursor = await self.db.events.aggregate(b.closed_streams_pipeline(before, limit))
+        return [d["_id"] async for d in cursor]
+
+    async def delete_streams(self, streams: Sequence[str]) -> int:
+        if not streams:
+            return 0
+        result = await self.db.events.delete_many(b.delete_streams_query(streams))
+        return int(result.deleted_count)
+
     async def load_checkpoint(self, name: str) -> tuple[int, Any]:
         doc = await self.db.checkpoints.find_one({"_id": name})
         return (int(doc["position"]), doc.get("state")) if doc else (0, None)

@@ -375,6 +375,22 @@ class PostgresStore(Store):
         )
         return {r["dedupe_key"] for r in rows}
 
+    async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
+        rows = await self._rows(
+            f"SELECT e.stream FROM {self.s}.events e WHERE e.stream LIKE 'job:%%'"
+            " GROUP BY e.stream HAVING max(e.at) < %s AND NOT EXISTS"
+            f" (SELECT 1 FROM {self.s}.jobs j WHERE j.id = substr(e.stream, 5)) LIMIT %s",
+            (before, limit),
+        )
+        return [r["stream"] for r in rows]
+
+    async def delete_streams(self, streams: Sequence[str]) -> int:
+        if not streams:
+            return 0
+        return await self._exec(
+            f"DELETE FROM {self.s}.events WHERE stream = ANY(%s)", (list(streams),)
+        )
+
     # --- checkpoints -----------------------------------------------------------------------
     async def load_checkpoint(self, name: str) -> tuple[int, Any]:
         rows = await self._rows(
