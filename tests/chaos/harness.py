@@ -124,7 +124,9 @@ class Summary:
     succeeded: int = 0
     dead: Counter[str] = field(default_factory=Counter)  # reason → jobs
     kills: int = 0
-    crashes: int = 0  # workers that exited without being killed
+    crashes: int = 0  # workers that exited without being killed, or hung
+    boot_exits: int = 0  # exited 1 because App.start failed (e.g. store down > 30 s)
+    boot_hangs: int = 0  # the known bug: App.start failed, the process hangs (Findings)
     pg_terminations: int = 0
     pg_restarts: int = 0
     broker_hangs: int = 0
@@ -165,6 +167,8 @@ class Summary:
             ("DEAD, by reason", dead),
             ("worker SIGKILLs (+ restarts)", self.kills),
             ("worker crashes (not killed by us)", self.crashes),
+            ("workers exiting 1 after a failed boot", self.boot_exits),
+            ("workers hung after a failed boot (known bug)", self.boot_hangs),
             ("pg_terminate_backend rounds", self.pg_terminations),
             ("PostgreSQL restarts", self.pg_restarts),
             ("broker hangs (SIGSTOP/SIGCONT)", self.broker_hangs),
@@ -418,8 +422,18 @@ class Faults:
                     return
             await asyncio.sleep(0.5)
         for name in missing:
-            self.summary.crashes += 1
-            self.summary.problem(f"worker {name} is running but never heartbeats (hung)")
+            if self.failed_boot(name):
+                self.summary.boot_hangs += 1
+                self.summary.problem(f"worker {name}: App.start failed and the process hangs"
+                                     " (known bug, tests/chaos/test_boot_fault.py)")
+            else:
+                self.summary.crashes += 1
+                self.summary.problem(f"worker {name} is running but never heartbeats (hung)")
+
+    def failed_boot(self, name: str) -> bool:
+        """The worker's log shows an error raised out of `App.start()`."""
+        log = self.config.workdir / f"{name}.log"
+        return log.exists() and "await app.start()" in log.read_text(errors="replace")
 
     def live(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.workers.procs if p.poll() is None]
@@ -429,8 +443,13 @@ class Faults:
         for proc in self.workers.procs:
             if proc.poll() is not None and proc.pid not in self.killed:
                 self.killed.add(proc.pid)
-                self.summary.crashes += 1
-                self.summary.problem(f"worker pid {proc.pid} exited with {proc.returncode}")
+                name = self.names[proc.pid]
+                if proc.returncode == 1 and self.failed_boot(name):
+                    self.summary.boot_exits += 1
+                    self.summary.problem(f"worker {name} exited 1: App.start failed (see its log)")
+                else:
+                    self.summary.crashes += 1
+                    self.summary.problem(f"worker {name} exited with {proc.returncode}")
                 self.spawn()
 
     async def kill_one(self) -> None:
