@@ -72,8 +72,11 @@ async def test_a_retried_row_is_not_expired(store: Store, clock: FakeClock) -> N
 
 async def test_the_hourly_loop_runs_on_the_injected_clock(store: Store, clock: FakeClock) -> None:
     await _kill(store, clock, await _enqueue(store, clock, 2, "loop"))
-    retention = Retention(store, clock=clock, settings=SETTINGS, interval_s=3600)
-    retention.start()
+    engine = engine_for(store, clock)
+    engine.settings = SETTINGS
+    retention = Retention.for_engine(engine)
+    assert retention.interval_s == 3600
+    await retention.start()
     try:
         await asyncio.wait_for(retention.wait_for_sweeps(1), 10)
         assert retention.expired_total == 0 and len(await store.all_jobs()) == 2

@@ -10,10 +10,10 @@ from jobledger.clock import FakeClock
 from jobledger.domain.jobs import JobStatus
 from jobledger.observe import Observer
 from jobledger.projections.runner import ProjectionRunner, fold_events
-from jobledger.projections.stats import StatsProjection, hour_of, read_stats
+from jobledger.projections.stats import StatsProjection, hour_of, read_stats, stats_reactor
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.port import Store
-from tests.contract.test_replay_workload import FAST, LONG, generate
+from tests.contract.test_replay_workload import FAST, LONG, engine_for, generate
 
 
 def fresh(store: MemoryStore, projection: StatsProjection | None = None) -> Any:
@@ -116,8 +116,11 @@ async def test_old_hours_are_dropped_by_event_time_and_the_window_is_served(
 
 async def test_the_runner_is_woken_by_the_feed(clock: FakeClock) -> None:
     store = MemoryStore()
-    runner = ProjectionRunner(store, StatsProjection(), clock=clock, safety_poll_s=3600)
-    runner.start()
+    engine = engine_for(store, clock)
+    lag = Lag()
+    engine.observers.add(lag)
+    runner = stats_reactor(engine, safety_poll_s=3600)
+    await runner.start()
     try:
         await generate(store, clock, jobs_count=8)
         for _ in range(200):
@@ -125,6 +128,7 @@ async def test_the_runner_is_woken_by_the_feed(clock: FakeClock) -> None:
                 break
             await asyncio.sleep(0)
         assert (await store.load_checkpoint("stats"))[0] == len(store.log)
+        assert lag.seen and lag.seen[-1] == ("stats", 0)
     finally:
         await runner.stop()
 
@@ -139,7 +143,7 @@ class QuietStore(MemoryStore):
 async def test_the_safety_poll_covers_lost_notifications(clock: FakeClock) -> None:
     store = QuietStore()
     runner = ProjectionRunner(store, StatsProjection(), clock=clock, safety_poll_s=3600)
-    runner.start()
+    await runner.start()
     try:
         for _ in range(20):
             await asyncio.sleep(0)

@@ -7,8 +7,9 @@ the store removes the row in the same transaction. The job's history stays in th
 log. Each expiry is a compare-and-set on the stream's version, so a retry that races
 with retention wins or loses cleanly, and several pods may run retention at once.
 
-`run_once(now)` does one sweep; `start()` runs a sweep every `interval_s` (an hour by
-default) on the injected clock, and `stop()` ends it.
+`run_once(now)` does one sweep; `await start()` runs a sweep every `interval_s` (an
+hour by default) on the injected clock, and `await stop()` ends it — the runtime's
+reactor protocol, so `Runtime(engine, reactors=[Retention.for_engine(engine)])` runs it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from jobledger.clock import Clock, SystemClock
 from jobledger.context import new_trace_id
@@ -25,6 +27,9 @@ from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, JobStatus, Stamp
 from jobledger.settings import Settings
 from jobledger.storage.port import JobFilter, Store
+
+if TYPE_CHECKING:
+    from jobledger.engine import Engine
 
 logger = logging.getLogger("jobledger.retention")
 
@@ -91,7 +96,13 @@ class Retention:
         self.expired_total += expired
         return expired
 
-    def start(self) -> None:
+    @classmethod
+    def for_engine(cls, engine: Engine, *, interval_s: float = 3600.0) -> Retention:
+        """A retention reactor on the engine's store, clock and settings; pass it to
+        `Runtime(engine, reactors=[...])`."""
+        return cls(engine.store, clock=engine.clock, settings=engine.settings, interval_s=interval_s)
+
+    async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="retention")
 

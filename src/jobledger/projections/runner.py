@@ -96,7 +96,8 @@ class ProjectionRunner:
         return folded
 
     # --- running in the background -------------------------------------------------------
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Run in the background (the runtime's reactor protocol)."""
         if self._tasks:
             return
         self._wake.set()  # catch up once at start

@@ -20,13 +20,16 @@ computes them from the jobs read model at call time.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import JobStatus
 from jobledger.domain.timeutil import at_ms, iso
 from jobledger.projections.runner import ProjectionRunner
 from jobledger.storage.port import Store
+
+if TYPE_CHECKING:
+    from jobledger.engine import Engine
 
 STATS = "stats"
 OUTCOMES: dict[str, str] = {
@@ -95,6 +98,18 @@ class StatsProjection:
         )
         for old in [h for h in hours if h < cutoff]:
             del hours[old]
+
+
+def stats_reactor(engine: Engine, *, safety_poll_s: float | None = None) -> ProjectionRunner:
+    """The stats projection kept up to date in the background, reporting its lag to
+    the engine's observers; pass it to `Runtime(engine, reactors=[...])`."""
+    return ProjectionRunner(
+        engine.store,
+        StatsProjection(),
+        clock=engine.clock,
+        observer=engine.observers,
+        safety_poll_s=safety_poll_s if safety_poll_s is not None else 2 * engine.settings.safety_poll_s,
+    )
 
 
 async def catch_up_stats(store: Store, projection: StatsProjection | None = None) -> tuple[int, Any]:
