@@ -60,6 +60,7 @@ UNKNOWN_TARGET = "unknown_target"
 CONSUMER_LOST = "consumer_lost"
 
 DEFAULT_STREAM = "jobledger:lossy"
+STOP_GRACE_S = 5.0  # a running lossy handler gets this long to finish at shutdown
 DEFAULT_GROUP = "jobledger-lossy"
 
 
@@ -308,6 +309,7 @@ class RedisLossyRunner(LossyRunner):
         self._publishing: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._stopping = False
 
     # --- producing ------------------------------------------------------------------------
     def hand_off(self, item: NewJob) -> None:
@@ -343,11 +345,19 @@ class RedisLossyRunner(LossyRunner):
             self._task = asyncio.create_task(self._consume(), name="jobledger-lossy-redis")
 
     async def stop(self) -> None:
+        """Let the consumer finish its current read (≤ `block_ms`) and run, then close.
+
+        Cancelling a blocked XREADGROUP can leave redis-py waiting on the dead read, so
+        the loop is asked to stop and only cancelled if it has not within the grace."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
+            self._stopping = True
+            done, _ = await asyncio.wait({task}, timeout=self.block_ms / 1000 + STOP_GRACE_S)
+            if not done:
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            self._stopping = False
         await self.flush()
         if not self._closed:
             self._closed = True
@@ -386,7 +396,7 @@ class RedisLossyRunner(LossyRunner):
 
     async def _consume(self) -> None:
         last_reap = time.monotonic()
-        while True:
+        while not self._stopping:
             try:
                 await self.read_once()
                 if time.monotonic() - last_reap >= self.reap_interval_s:
