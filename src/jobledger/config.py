@@ -318,13 +318,13 @@ SPECS: tuple[Spec, ...] = (
         "log_retention_days",
         _opt_days,
         _opt_positive,
-        "Event log kept for (days); unset = forever (not enforced yet).",
+        "Closed job streams archived out of the log after (days); unset = forever.",
     ),
     Spec(
         "dedupe_window_days",
         _opt_days,
         _opt_positive,
-        "Dedupe window (days); unset = as long as the log (not enforced yet).",
+        "Dedupe window (days); not read: the window is the log retention.",
     ),
     Spec("kafka_enabled", _bool, None, "off: Kafka targets are paused, nothing is sent."),
     Spec(
