@@ -185,6 +185,7 @@ async def replay(
     applied = False
     if apply and differences and not rebuilt.problems:
         await rebuilt.read(store, page=page)  # fold what committed meanwhile
+    if apply and differences and not rebuilt.problems:
         schedules: Sequence[Schedule] = (
             list(rebuilt.schedules.rows.values())
             if rebuilt.schedules.available
