@@ -8,7 +8,6 @@ once. `export_log` writes events as JSON Lines (`Event.to_json`) in log order.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -97,7 +96,7 @@ async def export_log(
     async for event in events_between(
         store, since=since, until=until, after_position=after_position, page=page
     ):
-        out.write(json.dumps(event.to_json(), sort_keys=True, ensure_ascii=False) + "\n")
+        out.write(event.json_line())
         report.events += 1
         report.last_position = event.position
     return report

@@ -14,8 +14,6 @@ reactor protocol, so `Runtime(engine, reactors=[Retention.for_engine(engine)])` 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -25,6 +23,7 @@ from jobledger.context import new_trace_id
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, JobStatus, Stamp
+from jobledger.projections.periodic import Periodic
 from jobledger.settings import Settings
 from jobledger.storage.port import JobFilter, Store
 
@@ -59,10 +58,8 @@ class Retention:
         self.clock: Clock = clock or SystemClock()
         self.settings = settings or Settings()
         self.interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
         self.expired_total = 0
-        self.sweeps = 0  # sweeps the background loop finished (failed ones included)
-        self._swept = asyncio.Condition()
+        self.periodic = Periodic("retention", self.run_once, self.clock, interval_s)
 
     @property
     def retention(self) -> timedelta:
@@ -102,29 +99,17 @@ class Retention:
         `Runtime(engine, reactors=[...])`."""
         return cls(engine.store, clock=engine.clock, settings=engine.settings, interval_s=interval_s)
 
+    @property
+    def sweeps(self) -> int:
+        """Sweeps the background loop finished since it started (failed ones included)."""
+        return self.periodic.sweeps
+
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="retention")
+        await self.periodic.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.periodic.stop()
 
     async def wait_for_sweeps(self, count: int) -> None:
         """Until the background loop has finished `count` sweeps since it started."""
-        async with self._swept:
-            await self._swept.wait_for(lambda: self.sweeps >= count)
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception:
-                logger.exception("retention sweep failed; next sweep in %ss", self.interval_s)
-            async with self._swept:
-                self.sweeps += 1
-                self._swept.notify_all()
-            await self.clock.sleep(self.interval_s)
+        await self.periodic.wait_for_sweeps(count)
