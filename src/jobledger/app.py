@@ -7,23 +7,27 @@
     await app.serve_http("127.0.0.1", 8080)   # until stopped
     await app.stop()
 
-Parts that are optional at run time (the lane runtime, Prometheus metrics) are
-picked up when their modules are importable, so this file grows as parts land.
+What a pod runs, in start order: the lossy runner (hand-off works even with workers
+off), then — with workers on — the runtime's services (the Kafka producer), the lanes,
+and its reactors (schedule ticker, stats projection, DEAD retention, the log archive).
+Stopping runs the other way round. Telemetry (run lines, alerts, Prometheus metrics,
+OpenTelemetry spans) hangs off `engine.observers`; missing optional packages leave
+their observer out with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from jobledger.admin import JobAdmin
 from jobledger.clock import Clock, SystemClock
 from jobledger.engine import Engine
+from jobledger.reactors.runtime import Reactor, Runtime
 from jobledger.settings import Settings
 from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store, store_url
@@ -37,9 +41,11 @@ class App:
     store: Store
     engine: Engine
     scheduler: Any  # jobledger.reactors.scheduler.Scheduler
-    runtime: Any | None  # jobledger.reactors.runtime.Runtime, when that part is present
+    runtime: Runtime
     keys: Mapping[str, Any]  # API key -> jobledger.http.auth.Principal
     generated_key: str | None = None  # set when no key was configured (printed by serve/demo)
+    lossy: Any = None  # jobledger.targets.lossy.LossyRunner
+    kafka: Any = None  # jobledger.targets.kafka.KafkaTarget, once use_kafka() was called
     _http: Any = None
     _server: Any = None
     _started: bool = False
@@ -62,15 +68,26 @@ class App:
             self._http = create_app(services, ApiKeys(self.keys))
         return self._http
 
+    def use_kafka(self, events: Sequence[Any] = (), **options: Any) -> Any:
+        """Register the `kafka:<topic>` targets (declared producer events, plus
+        KAFKA_TARGET_TOPICS) and run their producer as a runtime service."""
+        from jobledger.targets.kafka import install_kafka
+
+        if self.kafka is not None:
+            raise RuntimeError("use_kafka() was already called")
+        self.kafka = install_kafka(self.engine, events, bootstrap=options.pop("bootstrap", None), **options)
+        self.runtime.services.append(self.kafka)
+        return self.kafka
+
     async def start(self, *, workers: bool | None = None) -> None:
-        """Open the store, sync the declared schedules, and (with workers) start the
-        lanes and the schedule ticker. `workers` defaults to `settings.workers`."""
+        """Open the store, sync the declared schedules, start the lossy runner and (with
+        workers) the runtime. `workers` defaults to `settings.workers`."""
         await self.store.open()
         run = self.settings.workers if workers is None else workers
-        if self.runtime is not None and run:
+        if self.lossy is not None:
+            await self.lossy.start()
+        if run:
             await self.runtime.start()
-        elif run:
-            await self.scheduler.start()
         else:
             await self.scheduler.sync()
         self._started = True
@@ -79,9 +96,10 @@ class App:
         if self._server is not None:
             self._server.should_exit = True
         if self._started:
-            if self.runtime is not None:
-                await self.runtime.stop()
+            await self.runtime.stop()
             await self.scheduler.stop()
+            if self.lossy is not None:
+                await self.lossy.stop()
             self._started = False
         await self.store.close()
 
@@ -135,14 +153,6 @@ def _server(asgi: Any, host: str, port: int) -> Any:
     return QuietServer(config)
 
 
-def _runtime_class() -> Any | None:
-    try:
-        module = importlib.import_module("jobledger.reactors.runtime")
-    except ImportError:
-        return None
-    return getattr(module, "Runtime", None)
-
-
 def build(
     settings: Settings | None = None,
     *,
@@ -153,18 +163,36 @@ def build(
     pod_id: str | None = None,
 ) -> App:
     """Wire a store (from `url`, `settings.store_url`, JOBLEDGER_STORE or the SQLite
-    default), the engine, the scheduler, the lane runtime and the admin keys."""
+    default), the engine with its telemetry, the scheduler, the lossy runner, the lane
+    runtime with its reactors, Kafka when KAFKA_TARGET_TOPICS names topics, and the
+    admin keys."""
+    from jobledger.logs import install_observers
+    from jobledger.projections.archive import LogArchive
+    from jobledger.projections.retention import Retention
+    from jobledger.projections.stats import stats_reactor
     from jobledger.reactors.scheduler import Scheduler
+    from jobledger.targets.lossy import install_lossy
 
     settings = settings or Settings()
     if store is None:
         store = open_store(store_url(url or settings.store_url), partitions=settings.partitions)
     engine = Engine(store, clock=clock or SystemClock(), settings=settings)
+    install_observers(engine, settings)
     scheduler = Scheduler(engine)
+    reactors: list[Reactor] = [
+        scheduler,
+        stats_reactor(engine),
+        Retention.for_engine(engine),
+        LogArchive(store, settings.log_archive_dir, retention_days=settings.log_retention_days,
+                   clock=engine.clock),
+    ]
+    runtime = Runtime(engine, pod_id=pod_id, reactors=reactors)
     keys, generated = _keys(settings, api_keys)
-    runtime_cls = _runtime_class()
-    runtime = runtime_cls(engine, pod_id=pod_id, reactors=(scheduler,)) if runtime_cls else None
-    return App(settings, store, engine, scheduler, runtime, keys, generated)
+    app = App(settings, store, engine, scheduler, runtime, keys, generated,
+              lossy=install_lossy(engine, settings))
+    if settings.kafka_target_topics:
+        app.use_kafka(())
+    return app
 
 
 def _keys(settings: Settings, explicit: str | None) -> tuple[dict[str, Any], str | None]:

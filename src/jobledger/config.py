@@ -320,12 +320,6 @@ SPECS: tuple[Spec, ...] = (
         _opt_positive,
         "Closed job streams archived out of the log after (days); unset = forever.",
     ),
-    Spec(
-        "dedupe_window_days",
-        _opt_days,
-        _opt_positive,
-        "Dedupe window (days); not read: the window is the log retention.",
-    ),
     Spec("kafka_enabled", _bool, None, "off: Kafka targets are paused, nothing is sent."),
     Spec(
         "kafka_target_topics",
@@ -394,6 +388,7 @@ SPECS: tuple[Spec, ...] = (
         _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
         "Root log level.",
     ),
+    Spec("log_archive_dir", _str, None, "Directory the log archive writes JSON Lines to."),
 )
 _BY_NAME = {spec.name: spec for spec in SPECS}
 _FIELDS = {f.name for f in dataclasses.fields(Settings)}

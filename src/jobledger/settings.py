@@ -31,7 +31,6 @@ class Settings:
     max_payload_bytes: int = 1_048_576
     dead_retention_days: float = 30.0
     log_retention_days: float | None = None  # None: keep the log forever
-    dedupe_window_days: float | None = None  # None: as long as the log keeps the event
     kafka_enabled: bool = True
     kafka_target_topics: str = ""
     kafka_bootstrap: str | None = None
@@ -48,3 +47,4 @@ class Settings:
     store_url: str | None = None  # None: JOBLEDGER_STORE or sqlite:///jobledger.db
     log_format: str = "text"  # text | json
     log_level: str = "INFO"
+    log_archive_dir: str = "jobledger-archive"  # where the log archive writes JSON Lines

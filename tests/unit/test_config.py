@@ -40,7 +40,6 @@ def test_environment_sets_every_kind_of_value() -> None:
         "JOBS_WORKERS": "off",
         "KAFKA_TARGET_TOPICS": "a.b,c-d:at_least_once",
         "JOBLEDGER_LOG_RETENTION_DAYS": "forever",
-        "JOBLEDGER_DEDUPE_WINDOW_DAYS": "7",
         "JOBLEDGER_DEFAULT_TIMEZONE": "Asia/Bangkok",
         "JOBLEDGER_LOSSY_REDIS_URL": "redis://127.0.0.1:6379/0",
         "JOBLEDGER_API_KEYS": "k1-aaaaaaaa,k2-bbbbbbbb",
@@ -53,7 +52,7 @@ def test_environment_sets_every_kind_of_value() -> None:
     assert s.max_attempts_by_code == {"do_update": 3, "report": 1}
     assert s.workers is False
     assert s.kafka_target_topics == "a.b,c-d:at_least_once"
-    assert s.log_retention_days is None and s.dedupe_window_days == 7.0
+    assert s.log_retention_days is None
     assert s.default_timezone == "Asia/Bangkok"
     assert s.lossy_redis_url == "redis://127.0.0.1:6379/0"
     assert s.api_keys == ("k1-aaaaaaaa", "k2-bbbbbbbb")

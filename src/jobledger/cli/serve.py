@@ -90,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from jobledger.app import build
     from jobledger.config import load_settings
+    from jobledger.logs import configure_logging
 
     settings = load_settings(file=getattr(args, "config", None))
+    configure_logging(settings)
     app = build(settings, url=getattr(args, "store", None))
     if args.setup:
         result = load_setup(args.setup)(app)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import logging
@@ -37,7 +38,9 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--app", default=None, help="module:function that registers targets")
     parser.add_argument("--pod-id", default=None, help="pod id (default hostname:pid:uuid8)")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--log-level", default=None, help="logging level (default: the log_level setting)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -66,13 +69,13 @@ def _call_setup(fn: Callable[..., Any], app: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from jobledger.app import build
     from jobledger.config import load_settings
+    from jobledger.logs import configure_logging
     from jobledger.reactors.runtime import wait_for_signal
 
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
     settings = load_settings(file=args.config)
+    if args.log_level:
+        settings = dataclasses.replace(settings, log_level=str(args.log_level).upper())
+    configure_logging(settings)
     app = build(settings, url=args.store, pod_id=args.pod_id)
     setup = load_app_function(args.app) if args.app else None
 
