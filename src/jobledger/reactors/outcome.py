@@ -97,18 +97,22 @@ class OutcomePath:
     def log_run(
         self, job: Job, label: str, duration_ms: float, attempts: int, error: str | None
     ) -> None:
-        run_log.info(
-            "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f result=%s",
-            job.code, job.target, job.dedupe_key, attempts, duration_ms, label,
-            extra={
-                "job_id": job.id, "code": job.code, "target": job.target,
-                "dedupe_key": job.dedupe_key, "attempts": attempts,
-                "duration_ms": round(duration_ms, 3), "result": label, "error": error,
-            },
-        )
-        self.engine.observers.run_finished(
-            RunRecord(job, label, duration_ms, attempts, error, self.engine.clock.now())
-        )
+        if run_log.isEnabledFor(logging.INFO):  # the hot path builds no line nobody reads
+            run_log.info(
+                "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f"
+                " result=%s",
+                job.code, job.target, job.dedupe_key, attempts, duration_ms, label,
+                extra={
+                    "job_id": job.id, "code": job.code, "target": job.target,
+                    "dedupe_key": job.dedupe_key, "attempts": attempts,
+                    "duration_ms": round(duration_ms, 3), "result": label, "error": error,
+                },
+            )
+        observers = self.engine.observers
+        if observers.observers:
+            observers.run_finished(
+                RunRecord(job, label, duration_ms, attempts, error, self.engine.clock.now())
+            )
 
     def dead(self, job: Job, reason: str, error: str | None) -> None:
         """The DEAD alert: an error-level line and `observers.job_dead` (every DEAD)."""

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import random
 
-from jobledger.clock import Clock
+from jobledger.clock import Clock, SystemClock
 
 MIN_IDLE_POLL_S = 5.0
 
@@ -23,6 +23,13 @@ async def wait_for(event: asyncio.Event, clock: Clock, timeout_s: float | None) 
     if timeout_s is None:
         await event.wait()
         return True
+    if type(clock) is SystemClock:
+        # The wake path: a timer handle on the loop, no extra tasks to create, schedule
+        # and cancel per wait (a fake clock needs its own sleep, below).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await event.wait()
+        return event.is_set()
     waiter = asyncio.ensure_future(event.wait())
     sleeper = asyncio.ensure_future(clock.sleep(max(timeout_s, 0.0)))
     try:
