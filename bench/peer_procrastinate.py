@@ -1,0 +1,467 @@
+"""jobledger against Procrastinate, the same run, the same PostgreSQL server.
+
+    python3 -m venv /tmp/peer-venv
+    /tmp/peer-venv/bin/pip install procrastinate 'psycopg[binary]'
+    .venv/bin/python bench/peer_procrastinate.py --peer-python /tmp/peer-venv/bin/python
+
+(or set PEER_PYTHON instead of passing --peer-python). Procrastinate is not a
+dependency of jobledger: its side runs as a subprocess of its own venv (this same file,
+`--peer-side ...`, which imports nothing of jobledger) and answers one JSON line;
+jobledger's side runs in this process. Both use the database `jobledger_peer_bench`
+(created if missing) with a schema each, dropped and recreated for every measurement.
+
+Measures, each side alternately for `--rounds` rounds, medians reported:
+(1) drain: N no-op jobs enqueued first (untimed), then the time from starting one
+    worker until all ran and their outcomes are stored. jobledger: one Runtime, fast
+    lane, at-least-once and at-most-once. Procrastinate: one worker (`wait=False`), at
+    each concurrency of `--peer-concurrency`.
+(2) wake: an idle worker; one job enqueued in its own committed transaction; time from
+    the end of the commit to the handler's first line; `--samples` per round, spaced.
+(3) enqueue in the caller's transaction: BEGIN; INSERT a business row; enqueue one job;
+    COMMIT, median per transaction, next to the same transaction without the enqueue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+SERVER = os.environ.get("JOBLEDGER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+DATABASE = "jobledger_peer_bench"
+JL_SCHEMA = "peer_jobledger"
+PEER_SCHEMA = "peer_procrastinate"
+CHUNK = 1000
+
+SETUP_HELP = """\
+The Procrastinate side needs its own interpreter (Procrastinate is not a dependency
+of jobledger and must not be installed into its venv). Set it up once:
+
+    python3 -m venv /tmp/peer-venv
+    /tmp/peer-venv/bin/pip install procrastinate 'psycopg[binary]'
+
+then pass --peer-python /tmp/peer-venv/bin/python or export PEER_PYTHON=/tmp/peer-venv/bin/python
+"""
+
+
+# --- shared helpers (both interpreters) ----------------------------------------------------
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_dsn(schema: str | None = None) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    if schema is None:
+        return make_conninfo(SERVER, dbname=DATABASE)
+    return make_conninfo(SERVER, dbname=DATABASE, options=f"-c search_path={schema}")
+
+
+async def ensure_database() -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(SERVER, autocommit=True) as admin:
+        cur = await admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+        if not await cur.fetchone():
+            await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+async def reset_schema(schema: str, *, create: bool = True) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(bench_dsn(), autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if create:
+            await conn.execute(f'CREATE SCHEMA "{schema}"')
+
+
+async def timed(n: int, step: Callable[[int], Awaitable[object]], offset: int = 0) -> list[float]:
+    out = []
+    for i in range(n):
+        began = time.perf_counter()
+        await step(offset + i)
+        out.append(time.perf_counter() - began)
+    return out
+
+
+# --- Procrastinate side (runs in the peer venv) -------------------------------------------
+async def peer_app() -> Any:
+    procrastinate: Any = importlib.import_module("procrastinate")
+    await reset_schema(PEER_SCHEMA)
+    app = procrastinate.App(
+        connector=procrastinate.PsycopgConnector(conninfo=bench_dsn(PEER_SCHEMA))
+    )
+    await app.open_async()
+    await app.schema_manager.apply_schema_async()
+    return app
+
+
+async def peer_drain(jobs: int, concurrency: int) -> dict[str, Any]:
+    app = await peer_app()
+    done = 0
+
+    @app.task(name="noop")  # type: ignore[untyped-decorator]
+    async def noop(i: int) -> None:
+        nonlocal done
+        done += 1
+
+    try:
+        for start in range(0, jobs, CHUNK):
+            await noop.batch_defer_async(*({"i": i} for i in range(start, min(start + CHUNK, jobs))))
+        began = time.perf_counter()
+        await app.run_worker_async(concurrency=concurrency, wait=False,
+                                   install_signal_handlers=False)
+        elapsed = time.perf_counter() - began
+        async with app.connector.pool.connection() as conn:
+            cur = await conn.execute("SELECT count(*) FROM procrastinate_jobs"
+                                     " WHERE status = 'succeeded'")
+            row = await cur.fetchone()
+        assert done == jobs and row is not None and row[0] == jobs, (done, row)
+    finally:
+        await app.close_async()
+        await reset_schema(PEER_SCHEMA, create=False)
+    return {"rate": jobs / elapsed, "seconds": elapsed}
+
+
+async def peer_wake(samples: int, gap: float) -> dict[str, Any]:
+    app = await peer_app()
+    arrived = asyncio.Event()
+    stamp = [0.0]
+
+    @app.task(name="wake")  # type: ignore[untyped-decorator]
+    async def wake(i: int) -> None:
+        stamp[0] = time.perf_counter()
+        arrived.set()
+
+    worker = asyncio.create_task(app.run_worker_async(install_signal_handlers=False))
+    out: list[float] = []
+    try:
+        await asyncio.sleep(0.5)
+        for i in range(samples + 20):
+            arrived.clear()
+            await wake.defer_async(i=i)  # its own transaction, committed on return
+            committed = time.perf_counter()
+            await asyncio.wait_for(arrived.wait(), 10)
+            if i >= 20:
+                out.append((stamp[0] - committed) * 1000)
+            await asyncio.sleep(gap)
+    finally:
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+        await app.close_async()
+        await reset_schema(PEER_SCHEMA, create=False)
+    return {"ms": out}
+
+
+async def peer_tx(n: int) -> dict[str, Any]:
+    import psycopg
+
+    app = await peer_app()
+
+    @app.task(name="business")  # type: ignore[untyped-decorator]
+    async def business(i: int) -> None:
+        return None
+
+    conn = await psycopg.AsyncConnection.connect(bench_dsn(PEER_SCHEMA))
+    try:
+        await conn.execute("CREATE TABLE business (id bigint, note text)")
+        await conn.commit()
+
+        async def raw(i: int) -> None:
+            async with conn.transaction():
+                await conn.execute("INSERT INTO business VALUES (%s, %s)", (i, "x"))
+
+        async def with_job(i: int) -> None:
+            async with conn.transaction():
+                await conn.execute("INSERT INTO business VALUES (%s, %s)", (i, "x"))
+                await business.configure(connection=conn).defer_async(i=i)
+
+        await timed(200, raw)
+        await timed(200, with_job)
+        base: list[float] = []
+        ours: list[float] = []
+        for part in range(3):
+            base += await timed(n // 3, raw, 1000 + part * n)
+            ours += await timed(n // 3, with_job, 1000 + part * n)
+    finally:
+        await conn.close()
+        await app.close_async()
+        await reset_schema(PEER_SCHEMA, create=False)
+    return {"raw_ms": statistics.median(base) * 1000, "ms": statistics.median(ours) * 1000}
+
+
+async def peer_main(args: argparse.Namespace) -> None:
+    version = importlib.import_module("importlib.metadata").version
+    result: dict[str, Any]
+    if args.peer_side == "drain":
+        result = await peer_drain(args.jobs, args.concurrency)
+    elif args.peer_side == "wake":
+        result = await peer_wake(args.samples, args.gap)
+    else:
+        result = await peer_tx(args.single)
+    result["version"] = version("procrastinate")
+    print(json.dumps(result))
+
+
+def run_peer(python: str, side: str, *extra: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [python, str(Path(__file__).resolve()), "--peer-side", side, *extra],
+        capture_output=True, text=True, check=False, timeout=900,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"Procrastinate side {side} failed:\n{proc.stderr}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- jobledger side (runs in this process, the project venv) ------------------------------
+async def jl_store() -> Any:
+    from jobledger.storage.postgres import PostgresStore
+
+    await reset_schema(JL_SCHEMA, create=False)
+    store = PostgresStore(bench_dsn(), schema=JL_SCHEMA, pool_max=10)
+    await store.open()
+    return store
+
+
+async def jl_drain(jobs: int, mode: str) -> dict[str, Any]:
+    from jobledger.domain.jobs import Job, NewJob
+    from jobledger.engine import Engine
+    from jobledger.reactors.runtime import Runtime
+
+    store = await jl_store()
+    try:
+        engine = Engine(store)
+        done = 0
+
+        async def noop(job: Job) -> None:
+            nonlocal done
+            done += 1
+
+        engine.targets.register("bench:noop", "fast", noop, delivery_mode=mode)
+        for start in range(0, jobs, CHUNK):
+            async with engine.transaction() as tx:
+                await engine.enqueue_many(
+                    [NewJob("bench:noop", {"i": i}, key=f"k{i}")
+                     for i in range(start, min(start + CHUNK, jobs))], tx=tx)
+        lane = engine.targets.get("bench:noop").lane
+        runtime = Runtime(engine, pod_id="peer-bench")
+        began = time.perf_counter()
+        await runtime.start()
+        while done < jobs:
+            await asyncio.sleep(0.002)
+        while await store.next_due(list(range(64)), lane):
+            await asyncio.sleep(0.002)
+        elapsed = time.perf_counter() - began
+        await runtime.stop()
+    finally:
+        await store.close()
+        await reset_schema(JL_SCHEMA, create=False)
+    return {"rate": jobs / elapsed, "seconds": elapsed}
+
+
+async def jl_wake(samples: int, gap: float) -> dict[str, Any]:
+    from jobledger.domain.jobs import Job
+    from jobledger.engine import Engine
+    from jobledger.reactors.runtime import Runtime
+
+    store = await jl_store()
+    out: list[float] = []
+    try:
+        engine = Engine(store)
+        arrived = asyncio.Event()
+        stamp = [0.0]
+
+        async def handler(job: Job) -> None:
+            stamp[0] = time.perf_counter()
+            arrived.set()
+
+        engine.targets.register("bench:wake", "fast", handler, delivery_mode="at_least_once")
+        runtime = Runtime(engine, pod_id="peer-bench")
+        await runtime.start()
+        try:
+            await asyncio.sleep(0.5)
+            for i in range(samples + 20):
+                arrived.clear()
+                async with engine.transaction() as tx:
+                    await engine.enqueue("bench:wake", {"i": i}, tx=tx, key=f"k{i}")
+                committed = time.perf_counter()
+                await asyncio.wait_for(arrived.wait(), 10)
+                if i >= 20:
+                    out.append((stamp[0] - committed) * 1000)
+                await asyncio.sleep(gap)
+        finally:
+            await runtime.stop()
+    finally:
+        await store.close()
+        await reset_schema(JL_SCHEMA, create=False)
+    return {"ms": out}
+
+
+async def jl_tx(n: int) -> dict[str, Any]:
+    from jobledger.domain.jobs import Job
+    from jobledger.engine import Engine
+
+    store = await jl_store()
+    try:
+        engine = Engine(store)
+
+        async def nothing(job: Job) -> None:
+            return None
+
+        engine.targets.register("bench:business", "fast", nothing)
+        s = store.s
+        async with store.pool.connection() as conn:
+            await conn.execute(f"CREATE TABLE {s}.business (id bigint, note text)")
+
+        async def raw(i: int) -> None:
+            async with store.pool.connection() as conn, conn.transaction():
+                await conn.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+
+        async def with_job(i: int) -> None:
+            async with engine.transaction() as tx:
+                await tx.native.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+                await engine.enqueue("bench:business", {"i": i}, tx=tx, key=f"k{i}")
+
+        await timed(200, raw)
+        await timed(200, with_job)
+        base: list[float] = []
+        ours: list[float] = []
+        for part in range(3):
+            base += await timed(n // 3, raw, 1000 + part * n)
+            ours += await timed(n // 3, with_job, 1000 + part * n)
+    finally:
+        await store.close()
+        await reset_schema(JL_SCHEMA, create=False)
+    return {"raw_ms": statistics.median(base) * 1000, "ms": statistics.median(ours) * 1000}
+
+
+# --- the driver --------------------------------------------------------------------------
+def loadavg() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def med(rounds: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(float(r[key]) for r in rounds))
+
+
+async def driver(args: argparse.Namespace, peer: str) -> None:
+    await ensure_database()
+    concurrencies = [int(c) for c in args.peer_concurrency.split(",")]
+    jl: dict[str, list[dict[str, Any]]] = {}
+    pr: dict[str, list[dict[str, Any]]] = {}
+    version = ""
+    loads = [loadavg()]
+    print(f"load average (1/5/15 min) at start: {loads[0]}", flush=True)
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", flush=True)
+        if "drain" in args.only:
+            for mode in ("at_least_once", "at_most_once"):
+                jl.setdefault(f"drain {mode}", []).append(await jl_drain(args.jobs, mode))
+            for c in concurrencies:
+                res = run_peer(peer, "drain", "--jobs", str(args.jobs), "--concurrency", str(c))
+                pr.setdefault(f"drain c={c}", []).append(res)
+                version = res["version"]
+        if "wake" in args.only:
+            jl.setdefault("wake", []).append(await jl_wake(args.samples, args.gap))
+            res = run_peer(peer, "wake", "--samples", str(args.samples), "--gap", str(args.gap))
+            pr.setdefault("wake", []).append(res)
+            version = res["version"]
+        if "tx" in args.only:
+            jl.setdefault("tx", []).append(await jl_tx(args.single))
+            res = run_peer(peer, "tx", "--single", str(args.single))
+            pr.setdefault("tx", []).append(res)
+            version = res["version"]
+        loads.append(loadavg())
+    print(f"load average (1/5/15 min) after each round: {' | '.join(loads[1:])}")
+    print(f"versions: jobledger (this tree), procrastinate {version},"
+          f" python {sys.version.split()[0]}")
+    print(f"medians over {args.rounds} rounds, sides alternating")
+
+    if "drain" in args.only:
+        print(f"(1) drain of {args.jobs} no-op jobs, one worker")
+        for key, rounds in {**jl, **pr}.items():
+            if key.startswith("drain"):
+                side = "jobledger" if key in jl else "procrastinate"
+                rates = ", ".join(f"{x['rate']:,.0f}" for x in rounds)
+                print(f"  {side:13s} {key[6:]:14s} {med(rounds, 'rate'):9,.0f} jobs/s  ({rates})")
+        best_c = max(concurrencies, key=lambda c: med(pr[f"drain c={c}"], "rate"))
+        best = med(pr[f"drain c={best_c}"], "rate")
+        for mode in ("at_least_once", "at_most_once"):
+            for c in concurrencies:
+                ratio = med(jl[f"drain {mode}"], "rate") / med(pr[f"drain c={c}"], "rate")
+                print(f"  ratio jobledger {mode} / procrastinate c={c}: {ratio:.2f}x")
+        print(f"  (procrastinate's best concurrency here: {best_c}, {best:,.0f} jobs/s)")
+    if "wake" in args.only:
+        print(f"(2) commit → handler, idle worker, {args.samples} samples x {args.rounds} rounds,"
+              f" {args.gap * 1000:.0f} ms apart")
+        stats: dict[str, tuple[float, float]] = {}
+        for side, rounds in (("jobledger", jl["wake"]), ("procrastinate", pr["wake"])):
+            p50 = statistics.median(statistics.median(x["ms"]) for x in rounds)
+            p99 = statistics.median(pct(x["ms"], 0.99) for x in rounds)
+            stats[side] = (p50, p99)
+            slow = sum(1 for x in rounds for v in x["ms"] if v > 1000)
+            print(f"  {side:13s} p50 {p50:8.2f} ms   p99 {p99:8.2f} ms"
+                  f"   ({slow} of {args.samples * args.rounds} samples over 1 s)")
+        (j50, j99), (p50, p99) = stats["jobledger"], stats["procrastinate"]
+        print(f"  ratio jobledger / procrastinate: p50 {j50 / p50:.2f}x   p99 {j99 / p99:.2f}x")
+    if "tx" in args.only:
+        print(f"(3) one enqueue in the caller's transaction with a business row,"
+              f" median per transaction ({args.single} per round)")
+        for side, rounds in (("jobledger", jl["tx"]), ("procrastinate", pr["tx"])):
+            raw, ms = med(rounds, "raw_ms"), med(rounds, "ms")
+            print(f"  {side:13s} raw BEGIN;INSERT;COMMIT {raw:6.2f} ms   + enqueue {ms:6.2f} ms"
+                  f"   ({ms / raw:.2f}x its raw)")
+        ratio = med(jl["tx"], "ms") / med(pr["tx"], "ms")
+        print(f"  ratio jobledger / procrastinate: {ratio:.2f}x")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON"),
+                        help="interpreter of a venv with procrastinate (or PEER_PYTHON)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=2000, help="drain: jobs per drain")
+    parser.add_argument("--peer-concurrency", default="1,30",
+                        help="drain: Procrastinate worker concurrencies to try")
+    parser.add_argument("--samples", type=int, default=200, help="wake: samples per round")
+    parser.add_argument("--gap", type=float, default=0.05, help="wake: seconds between samples")
+    parser.add_argument("--single", type=int, default=600, help="tx: transactions per round")
+    parser.add_argument("--only", default="drain,wake,tx")
+    parser.add_argument("--peer-side", choices=["drain", "wake", "tx"], help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.peer_side:
+        asyncio.run(peer_main(args))
+        return 0
+    peer = args.peer_python
+    if not peer or not Path(peer).exists():
+        print(f"no Procrastinate interpreter (--peer-python / PEER_PYTHON: {peer!r}).\n\n"
+              + SETUP_HELP, file=sys.stderr)
+        return 2
+    check = subprocess.run([peer, "-c", "import procrastinate, psycopg"],
+                           capture_output=True, text=True, check=False)
+    if check.returncode != 0:
+        print(f"{peer} cannot import procrastinate/psycopg:\n{check.stderr}\n" + SETUP_HELP,
+              file=sys.stderr)
+        return 2
+    asyncio.run(driver(args, peer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
