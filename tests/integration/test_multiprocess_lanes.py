@@ -92,7 +92,7 @@ class Workers:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        codes = []
+        codes: list[int | None] = []
         for proc in self.procs:
             try:
                 codes.append(proc.wait(timeout=20))
@@ -223,7 +223,7 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
             continue
         delivered.add(d["id"])
         first[(d["target"], d["key"])].append(d["version"])
-    for (target, key), versions in first.items():
-        assert versions == sorted(versions), f"{target} {key} out of order: {versions}"
+    for (target, chain), versions in first.items():
+        assert versions == sorted(versions), f"{target} {chain} out of order: {versions}"
         if target == "mp:alo":
-            assert versions == list(range(1, 11)), f"{key}: {versions}"
+            assert versions == list(range(1, 11)), f"{chain}: {versions}"
