@@ -84,24 +84,33 @@ class App:
         workers) the runtime. `workers` defaults to `settings.workers`."""
         await self.store.open()
         run = self.settings.workers if workers is None else workers
-        if self.lossy is not None:
-            await self.lossy.start()
-        if run:
-            await self.runtime.start()
-        else:
-            await self.scheduler.sync()
+        try:
+            if self.lossy is not None:
+                await self.lossy.start()
+            if run:
+                await self.runtime.start()
+            else:
+                await self.scheduler.sync()
+        except BaseException:
+            # a boot that fails half-way (a dropped connection during the schedule sync)
+            # must not leave lanes, heartbeats or the lossy consumer running
+            await self._stop_parts()
+            raise
         self._started = True
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
         if self._started:
-            await self.runtime.stop()
-            await self.scheduler.stop()
-            if self.lossy is not None:
-                await self.lossy.stop()
+            await self._stop_parts()
             self._started = False
         await self.store.close()
+
+    async def _stop_parts(self) -> None:
+        await self.runtime.stop()
+        await self.scheduler.stop()
+        if self.lossy is not None:
+            await self.lossy.stop()
 
     async def serve_http(
         self,

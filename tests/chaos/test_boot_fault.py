@@ -1,4 +1,5 @@
-"""Pins a bug the chaos run found (docs/reliability.md, "Findings").
+"""Pins a bug the chaos run found (docs/reliability.md, "Findings"), now fixed: a failed
+boot stops everything it had started.
 
 A worker whose PostgreSQL connection is terminated while it boots — during the schedule
 boot sync, which `Runtime.start` runs after the lanes and the lease heartbeat have
@@ -34,8 +35,6 @@ async def nightly(run: SlotRun) -> None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="App.start failing after Runtime.start began leaves the"
-                   " lanes running: App.stop skips Runtime.stop (app.py, App.start/App.stop)")
 async def test_a_boot_that_fails_in_the_schedule_sync_stops_what_it_started() -> None:
     async with fresh_schema() as (url, schema):
         peer = PostgresStore(url, schema=schema)
