@@ -32,7 +32,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Outcome, RunResult, Stamp
+from jobledger.domain.jobs import (
+    Change,
+    DeliveryMode,
+    Job,
+    JobStatus,
+    Lane,
+    Outcome,
+    RunResult,
+    Stamp,
+)
 from jobledger.domain.lanes import BatchPlan, TargetView, next_page_after, plan_batch
 from jobledger.ids import new_token
 from jobledger.reactors.commit import GroupCommitter
@@ -47,6 +56,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("jobledger.fast_lane")
 
 T = TypeVar("T")
+
+#: rows an at-most-once round plans on before it looks at the whole buffer
+_PREFIX = 16
 
 
 async def gather_eager(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
@@ -271,7 +283,21 @@ class PartitionWorker:
                 view = lane.view(job.target)
                 if view is not None:
                     views[job.target] = view
-        plan = plan_batch(self._buffer, lane.clock.now(), views)
+        now = lane.clock.now()
+        plan: BatchPlan | None = None
+        if len(self._buffer) > _PREFIX and all(
+            v.mode == DeliveryMode.AT_MOST_ONCE for v in views.values()
+        ):
+            # Only at-most-once rows: a round takes the first runnable row, so plan on a
+            # prefix of the (key, version)-sorted buffer first — every earlier version of
+            # a row's key is in it. Planning the whole buffer each round was O(rows²) per
+            # page. Nothing runnable in the prefix: plan the whole buffer.
+            head = plan_batch(self._buffer[:_PREFIX], now, views)
+            if head.size:
+                plan = BatchPlan(head.chains, head.risky, head.probes, True, head.wake_at,
+                                 head.paused_seen)
+        if plan is None:
+            plan = plan_batch(self._buffer, now, views)
         if plan.wake_at is not None and (self._wake_at is None or plan.wake_at < self._wake_at):
             self._wake_at = plan.wake_at
         self._paused_seen |= plan.paused_seen
