@@ -105,11 +105,25 @@ class Event:
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+#: The C encoder `_CANONICAL.encode` builds on every call, built once (the event hash is
+#: on every transition's path). Same arguments, so the same text; no circular-reference
+#: bookkeeping (event data is plain JSON, checked when it enters the engine).
+_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODER: Any = (
+    _C_MAKE_ENCODER(
+        None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False,
+        True,
+    )
+    if _C_MAKE_ENCODER is not None
+    else None
+)
 
 
 def canonical_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no spaces, UTF-8 kept."""
-    return _CANONICAL.encode(value)
+    if _C_ENCODER is None or isinstance(value, str):
+        return _CANONICAL.encode(value)
+    return "".join(_C_ENCODER(value, 0))
 
 
 def event_hash(

@@ -21,7 +21,10 @@ def at_ms(value: datetime) -> datetime:
 
 def iso(value: datetime) -> str:
     """ISO 8601 text with milliseconds and a Z, e.g. 2026-11-29T11:51:53.123Z."""
-    return at_ms(value).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+    if value.tzinfo is not UTC:
+        value = at_ms(value)
+    # "…+00:00" → "…Z"; timespec truncates to milliseconds exactly like at_ms
+    return value.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_iso(text: str) -> datetime:
