@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
@@ -59,60 +58,6 @@ T = TypeVar("T")
 
 #: rows an at-most-once round plans on before it looks at the whole buffer
 _PREFIX = 16
-
-
-async def gather_eager(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """`asyncio.gather` of coroutines, each started at once in its own context copy.
-
-    A coroutine that finishes without suspending (a no-op or in-memory handler) costs
-    no task and no trip through the event loop; one that suspends goes on in a task
-    running in the same context copy, exactly as if it had been a task from the start.
-    Results keep the order of `coros`. (Python 3.12's eager task factory, by hand.)
-    """
-    results: list[Any] = [None] * len(coros)
-    waits: list[tuple[int, asyncio.Task[T]]] = []
-    for i, coro in enumerate(coros):
-        ctx = contextvars.copy_context()
-        try:
-            yielded = ctx.run(coro.send, None)
-        except StopIteration as stop:
-            results[i] = stop.value
-            continue
-        except BaseException:
-            for rest in coros[i + 1:]:
-                rest.close()
-            if waits:
-                await asyncio.gather(*(t for _, t in waits), return_exceptions=True)
-            raise
-        waits.append((i, asyncio.create_task(_resume(coro, yielded), context=ctx)))
-    if waits:
-        done = await asyncio.gather(*(t for _, t in waits))
-        for (i, _), value in zip(waits, done, strict=True):
-            results[i] = value
-    return results
-
-
-async def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
-    """Drive `coro` on from a suspension point, the way `asyncio.Task` steps it."""
-    while True:
-        error: BaseException | None = None
-        if yielded is None:
-            await asyncio.sleep(0)  # a bare yield: give the loop one turn
-        elif getattr(yielded, "_asyncio_future_blocking", None) is not None:
-            yielded._asyncio_future_blocking = False
-            try:
-                await yielded  # its outcome reaches `coro` when it resumes below
-            except asyncio.CancelledError:
-                if not yielded.cancelled():
-                    error = asyncio.CancelledError()  # we were cancelled, not the future
-            except Exception:  # `coro` reads the future's exception itself below
-                pass
-        else:
-            error = RuntimeError(f"bad yield from a handler: {yielded!r}")
-        try:
-            yielded = coro.send(None) if error is None else coro.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
 
 
 @dataclass(slots=True)
@@ -325,7 +270,9 @@ class PartitionWorker:
             coros = [self._chain(chain, probes) for chain in plan.chains]
             if marked is not None:
                 coros.append(self._chain((marked,), probes))
-            ran = [r for results in await gather_eager(coros) for r in results]
+            # one task per chain: a handler's timeouts (asyncio.timeout in aiokafka) must
+            # cancel its own task, never the partition loop
+            ran = [r for results in await asyncio.gather(*coros) for r in results]
             sent = len(ran)
             lane.stats.round(sent)
             await self._write(ran)
