@@ -43,9 +43,11 @@ class FakeClock:
         return self._now
 
     async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)  # already due: just let others run
+            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._sleepers.append((self._now + timedelta(seconds=seconds), future))
-        # yield to the loop so that a sleep of 0 still lets others run
         await future
 
     def _wake(self) -> None:

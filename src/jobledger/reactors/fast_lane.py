@@ -111,6 +111,8 @@ class PartitionWorker:
         self._pass_open = False
         self._wake_at: datetime | None = None
         self._paused_seen: set[str] = set()
+        self._unwritten: list[_Ran] = []
+        self._recovering = False
 
     # --- control ----------------------------------------------------------------------
     @property
@@ -140,6 +142,8 @@ class PartitionWorker:
                 await wait_for(self.event, lane.clock, self._idle_timeout())
                 self.event.clear()
             try:
+                if self._recovering:
+                    await self._recover()
                 sent = 0
                 while (n := await self.step()) is not None:
                     sent += n
@@ -151,8 +155,23 @@ class PartitionWorker:
                 logger.exception("partition %d: round failed; backing off", self.partition)
                 self._finish_pass()
                 self._carried = None
+                self._recovering = True
                 await lane.clock.sleep(1.0)
                 self.event.set()
+
+    async def _recover(self) -> None:
+        """After a round failed (a dropped connection, a restarting database): write the
+        outcomes it had decided — their compare-and-set makes the retry safe — then judge
+        any row of this partition still marked in flight, as a takeover would. Without
+        this a mark whose outcome write failed would hold its key until the lease moved."""
+        ran = self._unwritten
+        if ran:
+            flags = await self.lane.store.apply([item.outcome.change for item in ran])
+            self._unwritten = []
+            for item, ok in zip(ran, flags, strict=True):
+                self.lane.outcomes.finish(item.job, item.run, item.outcome, ok)
+        await self.lane.take_over(self.partition)
+        self._recovering = False
 
     def _idle_timeout(self) -> float:
         now = self.lane.clock.now()
@@ -348,7 +367,11 @@ class PartitionWorker:
                 mark = lane.mark(next_plan.risky)
                 changes.append(mark)
                 guarded.append(True)
-        flags = await lane.committer.commit(changes, guarded) if changes else []
+        try:
+            flags = await lane.committer.commit(changes, guarded) if changes else []
+        except Exception:
+            self._unwritten = ran  # decided but not written: _recover writes them
+            raise
         lost: set[str] = set()
         for item, ok in zip(ran, flags, strict=False):
             lane.outcomes.finish(item.job, item.run, item.outcome, ok)

@@ -97,8 +97,8 @@ class LongLane:
         timeout = safety_poll_s(self.settings.safety_poll_s)
         if self.event.is_set():
             return timeout
-        now = self.clock.now()
         due = await self.store.next_due([], Lane.LONG)
+        now = self.clock.now()  # after the read: the clock may have moved meanwhile
         if due is not None and due > now:
             timeout = min(timeout, (due - now).total_seconds())
         probe = self.pauses.next_probe(set(self.pauses.paused()))

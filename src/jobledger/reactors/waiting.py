@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from datetime import datetime, timedelta
 
 from jobledger.clock import Clock, SystemClock
 
@@ -30,8 +31,11 @@ async def wait_for(event: asyncio.Event, clock: Clock, timeout_s: float | None) 
             async with asyncio.timeout(max(timeout_s, 0.0)):
                 await event.wait()
         return event.is_set()
+    # The deadline is fixed now, before any task runs: a clock that moves before the
+    # sleeper starts must not push the timer back by the size of the jump.
+    deadline = clock.now() + timedelta(seconds=max(timeout_s, 0.0))
     waiter = asyncio.ensure_future(event.wait())
-    sleeper = asyncio.ensure_future(clock.sleep(max(timeout_s, 0.0)))
+    sleeper = asyncio.ensure_future(_sleep_until(clock, deadline))
     try:
         await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -41,6 +45,10 @@ async def wait_for(event: asyncio.Event, clock: Clock, timeout_s: float | None) 
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     return event.is_set()
+
+
+async def _sleep_until(clock: Clock, deadline: datetime) -> None:
+    await clock.sleep(max((deadline - clock.now()).total_seconds(), 0.0))
 
 
 def safety_poll_s(configured_s: float, rng: random.Random | None = None) -> float:
