@@ -101,7 +101,9 @@ async def _gone(store: Store, job_id: str) -> bool:
 
 
 async def test_observers_see_pause_resume_and_dead(store: Store, clock: FakeClock) -> None:
-    engine = make_engine(store, clock)
+    # the clock jumps a whole probe interval at once: with the default 30 s partition lease
+    # that is a stalled pod, whose lease guard rightly refuses the probe's in-flight mark
+    engine = make_engine(store, clock, partition_lease_s=3600.0, worker_live_s=3600.0)
     rec = Recorder()
     rec.raises = [TargetUnreachable("down"), None, DeadNow("bad record")]
     engine.targets.register("kafka:t", "fast", rec)
