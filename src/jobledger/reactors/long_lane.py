@@ -210,8 +210,13 @@ class LongLane:
 
     async def _heartbeat(self, ids: list[str]) -> None:
         lease = timedelta(seconds=self.settings.long_lease_s)
+        beat = timedelta(seconds=self.settings.long_heartbeat_s)
+        next_beat = self.clock.now() + beat
         while True:
-            await self.clock.sleep(self.settings.long_heartbeat_s)
+            # a fixed schedule, not a relative sleep after each renewal: a slow write must
+            # not push every later beat back (and the lease toward expiry)
+            await self.clock.sleep((next_beat - self.clock.now()).total_seconds())
+            next_beat = max(next_beat + beat, self.clock.now())
             async with self._lock:
                 rows = [self.current[i] for i in ids if i in self.current]
                 if not rows:
