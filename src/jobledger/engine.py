@@ -106,16 +106,7 @@ class Engine:
                 results[index] = Enqueued(None, False)
                 continue
             seen.add(dedupe)
-            change = jobs.enqueued(
-                job_id=job_id,
-                spec=item,
-                code=item.code or item.target,
-                lane=target.lane,
-                partition=partition_of(item.key, dedupe, self.settings.partitions),
-                dedupe_key=dedupe,
-                stamp=stamp,
-                traceparent=ctx.traceparent,
-            )
+            change = self.enqueued_change(item, job_id=job_id, stamp=stamp, traceparent=ctx.traceparent)
             changes.append(change)
             change_slots.append(index)
         if lossy:
@@ -145,6 +136,23 @@ class Engine:
             tx.after_commit(report)
         else:
             report()
+
+    def enqueued_change(
+        self, item: NewJob, *, job_id: str, stamp: Stamp, traceparent: str | None
+    ) -> Change:
+        """The JobEnqueued change for `item`: its target's lane, its code (the target by
+        default), its partition from `key`, or from the dedupe key when there is none."""
+        dedupe = item.dedupe_key or job_id
+        return jobs.enqueued(
+            job_id=job_id,
+            spec=item,
+            code=item.code or item.target,
+            lane=self.targets.get(item.target).lane,
+            partition=partition_of(item.key, dedupe, self.settings.partitions),
+            dedupe_key=dedupe,
+            stamp=stamp,
+            traceparent=traceparent,
+        )
 
     def _stamp(self) -> Stamp:
         ctx = context.current()

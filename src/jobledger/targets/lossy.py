@@ -33,11 +33,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobledger import context
-from jobledger.domain import jobs
 from jobledger.domain.errors import UnknownTarget
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, NewJob, Stamp
-from jobledger.domain.policies import partition_of
 from jobledger.domain.timeutil import iso, parse_iso
 from jobledger.ids import new_id
 from jobledger.logs import log_run_line
@@ -74,22 +72,11 @@ def lossy_job(
 ) -> Job:
     """The `Job` a lossy handler receives: built by the same pure `jobs.enqueued` as a
     stored job, so handlers cannot tell the difference; it is never written."""
-    target = engine.targets.get(item.target)
     ctx = ctx or context.current()
     at = at or engine.clock.now()
     job_id = job_id or new_id(int(at.timestamp() * 1000))
-    dedupe = item.dedupe_key or job_id
     stamp = Stamp(at, ctx.actor, ctx.trace_id or context.new_trace_id())
-    change = jobs.enqueued(
-        job_id=job_id,
-        spec=item,
-        code=item.code or item.target,
-        lane=target.lane,
-        partition=partition_of(item.key, dedupe, engine.settings.partitions),
-        dedupe_key=dedupe,
-        stamp=stamp,
-        traceparent=ctx.traceparent,
-    )
+    change = engine.enqueued_change(item, job_id=job_id, stamp=stamp, traceparent=ctx.traceparent)
     row: Job = change.row
     return row
 
