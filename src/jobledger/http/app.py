@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -45,7 +46,18 @@ def _metrics_routes() -> list[BaseRoute]:
     factory = getattr(metrics, "asgi_app", None)
     if factory is None:
         return []
-    return [Mount("/metrics", app=factory())]
+    # a Route to an ASGI callable answers /metrics itself (a Mount would 307 to /metrics/)
+    return [Route("/metrics", endpoint=_Asgi(factory()), methods=["GET"])]
+
+
+class _Asgi:
+    """Wraps an ASGI function so Starlette's Route calls it as an app, not an endpoint."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
 
 
 def create_app(
