@@ -46,7 +46,9 @@ def setup(engine: Any, app: Any = None) -> KafkaTarget:
     """Register the targets (and, with the app, the schedule and the producer's life)."""
     target = install_kafka(engine, EVENTS, bootstrap=None)
     if app is not None:
-        app.scheduler.declare(SCHEDULE, CRON, run_slot)
+        # run_once: a slot that falls inside a PostgreSQL restart is still enqueued once
+        # the ticker is back, so every run has slots to check (skip would drop it)
+        app.scheduler.declare(SCHEDULE, CRON, run_slot, missed_slot_policy="run_once")
         if app.runtime is not None:
-            app.runtime.reactors.append(target)
+            app.runtime.services.append(target)  # stopped after the last in-flight send
     return target

@@ -30,7 +30,10 @@ async def test_chaos_postgres_with_a_restart(tmp_path: Path) -> None:
     assert summary.jobs == 5000 and summary.enqueued == 5000
     assert summary.kills >= 8 and summary.broker_restarts == 1 and summary.broker_hangs == 2
     assert summary.pg_restarts == 1 and summary.pg_terminations >= 5
-    assert summary.slots >= 1
+    # Every minute slot inside the run's window is checked (exactly one job, closed);
+    # whether a minute boundary falls in a ~50 s window is chance, so no count is
+    # required here: tests/integration/test_schedules_multiprocess.py proves one job per
+    # slot over 1,000 simulated slots deterministically.
 
 
 async def test_chaos_sqlite(tmp_path: Path) -> None:
