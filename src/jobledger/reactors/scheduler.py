@@ -38,6 +38,7 @@ from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, St
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
 from jobledger.domain.timeutil import at_ms
 from jobledger.ids import new_id
+from jobledger.reactors.waiting import wait_for
 from jobledger.storage.port import JobFilter
 
 if TYPE_CHECKING:
@@ -406,24 +407,7 @@ class Scheduler:
                 continue
             again = False
             # still due right after a tick: a write keeps failing; do not spin
-            deadline = self.clock.now() + timedelta(seconds=delay or MIN_RETICK_S)
-            sleeper = asyncio.ensure_future(self._sleep_until(deadline))
-            woken = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in (sleeper, woken):
-                    if not waiter.done():
-                        waiter.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await waiter
-
-    async def _sleep_until(self, deadline: datetime) -> None:
-        """Sleep on the clock until `deadline`, measured when the sleep starts (the
-        clock may have moved since the deadline was computed)."""
-        remaining = (deadline - self.clock.now()).total_seconds()
-        if remaining > 0:
-            await self.clock.sleep(remaining)
+            await wait_for(self._wake, self.clock, delay or MIN_RETICK_S)
 
     async def _watch_feed(self) -> None:
         try:
