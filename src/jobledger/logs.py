@@ -40,10 +40,17 @@ QUIET_RESULTS = {"ok", "skipped"}  # info; every other result is a warning
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
+def run_line_level(result: str) -> int:
+    """info for ok/skipped runs, warning for every other result."""
+    return logging.INFO if result in QUIET_RESULTS else logging.WARNING
+
+
 def log_run_line(record: RunRecord) -> None:
     """Write the reference's run line for `record` (info; warning unless ok/skipped)."""
     job = record.job
-    level = logging.INFO if record.result in QUIET_RESULTS else logging.WARNING
+    level = run_line_level(record.result)
+    if not run_logger.isEnabledFor(level):
+        return
     run_logger.log(
         level,
         "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f result=%s%s",

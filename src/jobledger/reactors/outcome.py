@@ -19,6 +19,7 @@ from jobledger.domain import jobs
 from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, Outcome, OutcomePolicy, Result, RunResult, Stamp
+from jobledger.logs import log_run_line, run_line_level
 from jobledger.observe import RunRecord
 from jobledger.reactors.pause import PauseMap
 from jobledger.targets.registry import Target
@@ -97,22 +98,13 @@ class OutcomePath:
     def log_run(
         self, job: Job, label: str, duration_ms: float, attempts: int, error: str | None
     ) -> None:
-        if run_log.isEnabledFor(logging.INFO):  # the hot path builds no line nobody reads
-            run_log.info(
-                "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f"
-                " result=%s",
-                job.code, job.target, job.dedupe_key, attempts, duration_ms, label,
-                extra={
-                    "job_id": job.id, "code": job.code, "target": job.target,
-                    "dedupe_key": job.dedupe_key, "attempts": attempts,
-                    "duration_ms": round(duration_ms, 3), "result": label, "error": error,
-                },
-            )
         observers = self.engine.observers
+        if not observers.observers and not run_log.isEnabledFor(run_line_level(label)):
+            return  # the hot path builds no record nobody reads
+        record = RunRecord(job, label, duration_ms, attempts, error, self.engine.clock.now())
+        log_run_line(record)
         if observers.observers:
-            observers.run_finished(
-                RunRecord(job, label, duration_ms, attempts, error, self.engine.clock.now())
-            )
+            observers.run_finished(record)
 
     def dead(self, job: Job, reason: str, error: str | None) -> None:
         """The DEAD alert: an error-level line and `observers.job_dead` (every DEAD)."""
