@@ -95,6 +95,12 @@ class Job:
         return job_stream(self.id)
 
     @property
+    def exclusive_code(self) -> str | None:
+        """The code this row holds while it runs (at most one RUNNING row per exclusive
+        code across pods; every store enforces it with a unique index or a check)."""
+        return self.running_code if self.status == JobStatus.RUNNING else None
+
+    @property
     def order_key(self) -> str:
         """The ordering key: `key`, or the row's own id when it has no key."""
         return self.key if self.key is not None else f"\x00{self.id}"

@@ -140,15 +140,10 @@ class MemoryStore(Store):
         if change.is_new and change.dedupe_key and change.dedupe_key in self.dedupe:
             return False
         row = change.row
-        if isinstance(row, Job) and row.status == JobStatus.RUNNING and row.running_code:
-            for other in self.jobs.values():
-                if (
-                    other.id != row.id
-                    and other.status == JobStatus.RUNNING
-                    and other.running_code == row.running_code
-                ):
-                    return False
-        return True
+        code = row.exclusive_code if isinstance(row, Job) else None
+        return not code or all(
+            o.id == row.id or o.exclusive_code != code for o in self.jobs.values()
+        )
 
     def _apply_one(self, change: Change) -> None:
         for event in change.events:

@@ -244,8 +244,8 @@ def row_document(change: Change) -> Doc:
 def running_code_conflict_query(change: Change) -> Doc | None:
     """Another RUNNING row with the same exclusive code, if this change makes one RUNNING."""
     row = change.row
-    if isinstance(row, Job) and row.status.value == RUNNING and row.running_code:
-        return {"status": RUNNING, "running_code": row.running_code, "_id": {"$ne": row.id}}
+    if isinstance(row, Job) and row.exclusive_code:
+        return {"status": RUNNING, "running_code": row.exclusive_code, "_id": {"$ne": row.id}}
     return None
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from jobledger.domain.jobs import Change, Job, JobStatus
+from jobledger.domain.jobs import Change, Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.rows import dedupe_key_of, event_to_dict, job_to_dict, schedule_to_dict
 
@@ -40,7 +40,7 @@ def job_record(job: Job) -> dict[str, Any]:
 def is_running_code(change: Change) -> bool:
     """A change that can collide on the unique running_code index: applied in a savepoint."""
     row = change.row
-    return isinstance(row, Job) and row.status == JobStatus.RUNNING and row.running_code is not None
+    return isinstance(row, Job) and row.exclusive_code is not None
 
 
 def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
