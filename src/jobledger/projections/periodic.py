@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from jobledger.clock import Clock
+from jobledger.tasks import cancel_and_wait
 
 logger = logging.getLogger("jobledger.periodic")
 
@@ -31,10 +31,7 @@ class Periodic:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def wait_for_sweeps(self, count: int) -> None:
         async with self._swept:

@@ -16,7 +16,6 @@ but not yet folded through `Observers.projection_lag` (0 once caught up).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from jobledger.domain.events import Event
 from jobledger.observe import Observer
 from jobledger.projections.log import DEFAULT_PAGE
 from jobledger.storage.port import Store
+from jobledger.tasks import cancel_and_wait
 
 logger = logging.getLogger("jobledger.projections")
 
@@ -109,11 +109,7 @@ class ProjectionRunner:
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
 
     async def _listen(self) -> None:
         async for _wake in self.store.feed():

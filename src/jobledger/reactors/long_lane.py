@@ -26,6 +26,7 @@ from jobledger.domain.lanes import TargetView, pick_long
 from jobledger.ids import new_token
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.waiting import safety_poll_s, wait_for
+from jobledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -187,9 +188,7 @@ class LongLane:
         try:
             await asyncio.gather(*(self._run_row(row) for row in rows))
         finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+            await cancel_and_wait(beat)
             self.event.set()  # codes freed, room made: look again
 
     async def _run_row(self, row: Job) -> None:

@@ -15,7 +15,6 @@ change of a winner already committed. docs/schedules.md explains the rules.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,6 +39,7 @@ from jobledger.domain.timeutil import at_ms
 from jobledger.ids import new_id
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.port import JobFilter
+from jobledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -374,11 +374,7 @@ class Scheduler:
     async def stop(self) -> None:
         self._stopping = True
         self._wake.set()
-        for task in (self._task, self._feed_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await cancel_and_wait(self._task, self._feed_task)
         self._task = self._feed_task = None
 
     def delay(self) -> float:

@@ -13,6 +13,7 @@ import random
 from datetime import datetime, timedelta
 
 from jobledger.clock import Clock, SystemClock
+from jobledger.tasks import cancel_and_wait
 
 MIN_IDLE_POLL_S = 5.0
 
@@ -39,11 +40,7 @@ async def wait_for(event: asyncio.Event, clock: Clock, timeout_s: float | None) 
     try:
         await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (waiter, sleeper):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await cancel_and_wait(waiter, sleeper)
     return event.is_set()
 
 

@@ -20,7 +20,6 @@ One file holds the log, the inline projections and the coordination rows. Design
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -48,6 +47,7 @@ from jobledger.storage.port import (
     run_after_commit,
 )
 from jobledger.storage.sqlite_schema import migrate as migrate_schema
+from jobledger.tasks import cancel_and_wait
 
 T = TypeVar("T")
 
@@ -212,11 +212,8 @@ class SqliteStore(Store):
             return await self._w.run(lambda: migrate_schema(self._w.conn, now))
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        await cancel_and_wait(self._watcher)
+        self._watcher = None
         self._feed.close()
         async with self._lock:
             for conn in (self._reader, self._writer):

@@ -41,6 +41,7 @@ from jobledger.ids import new_id
 from jobledger.logs import log_run_line
 from jobledger.observe import RunRecord
 from jobledger.settings import Settings
+from jobledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -232,11 +233,7 @@ class InProcessLossyRunner(LossyRunner):
     async def stop(self) -> None:
         """Stop the consumers. Items still queued (or mid-run) are dropped and counted."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         while not self._queue.empty():
             job = self._queue.get_nowait()
             self._queue.task_done()

@@ -16,6 +16,7 @@ import psycopg
 from jobledger.domain.jobs import Lane
 from jobledger.storage.feed import LocalFeed
 from jobledger.storage.port import EVERYTHING, Wake
+from jobledger.tasks import cancel_and_wait
 
 logger = logging.getLogger("jobledger.storage.postgres")
 
@@ -57,11 +58,8 @@ class Listener:
         await self._ready.wait()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self._drop()
 
     async def _connect(self) -> None:

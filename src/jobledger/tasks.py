@@ -1,0 +1,18 @@
+"""Stopping background tasks: the one way every part of the engine does it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel `tasks` (None entries are skipped) and wait until each has finished; their
+    cancellation is the expected end, not an error."""
+    live = [task for task in tasks if task is not None]
+    for task in live:
+        task.cancel()
+    for task in live:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
