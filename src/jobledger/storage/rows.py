@@ -106,22 +106,26 @@ def actor_from_json(data: Any) -> Actor | None:
 
 
 def job_from_dict(record: dict[str, Any]) -> Job:
-    """A row back as a `Job` (the lanes' hot path: one call per row read)."""
+    """A stored row, as a dict keyed by field name, back as a `Job`."""
     get: Callable[[str], Any] = record.get
-    utc: Callable[[Any], Any] = as_utc
-    lane = get("lane")
-    status = get("status")
+    return job_from_row([get(name) for name in JOB_FIELDS])
+
+
+def job_from_row(row: tuple[Any, ...] | list[Any]) -> Job:
+    """A row whose values are in `JOB_FIELDS` order back as a `Job`: `job_from_dict`
+    without the dict (the lanes' hot path on SQL stores)."""
+    (job_id, code, target, lane, key, partition, version, payload, dedupe_key, status,
+     attempts, next_run_at, created_at, updated_at, stream_version, last_hash, headers,
+     trace_id, traceparent, actor, last_error, dead_reason, claimed_by, claim_token,
+     lease_until, inflight_token, running_code, closed_at) = row
+    utc: Callable[[Any], Any] = as_utc  # the three NOT NULL times come back non-None
     return Job(
-        get("id"), get("code"), get("target"),
-        _LANES.get(lane) or Lane(lane),
-        get("key"), get("partition"), get("version") or 0, get("payload"), get("dedupe_key"),
-        _STATUSES.get(status) or JobStatus(status),
-        get("attempts"), utc(get("next_run_at")), utc(get("created_at")),
-        utc(get("updated_at")), get("stream_version"), get("last_hash"),
-        get("headers"), get("trace_id"), get("traceparent"), actor_from_json(get("actor")),
-        get("last_error"), get("dead_reason"), get("claimed_by"), get("claim_token"),
-        as_utc(get("lease_until")), get("inflight_token"), get("running_code"),
-        as_utc(get("closed_at")),
+        job_id, code, target, _LANES.get(lane) or Lane(lane), key, partition, version or 0,
+        payload, dedupe_key, _STATUSES.get(status) or JobStatus(status), attempts,
+        utc(next_run_at), utc(created_at), utc(updated_at), stream_version,
+        last_hash, headers, trace_id, traceparent, actor_from_json(actor), last_error,
+        dead_reason, claimed_by, claim_token, as_utc(lease_until), inflight_token,
+        running_code, as_utc(closed_at),
     )
 
 

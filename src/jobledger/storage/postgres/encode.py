@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from jobledger.domain.jobs import Change, Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.rows import dedupe_key_of, event_to_dict, job_to_dict, schedule_to_dict
@@ -28,7 +30,17 @@ def _default(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+    """Compact JSON text for a statement parameter.
+
+    orjson first (the lanes encode every outcome batch through here); the standard
+    library for what orjson refuses — integers past 64 bits, non-string keys — so the
+    same values are accepted as before. orjson writes NaN as null: a float that is not
+    finite never gets this far (payloads are checked when they enter the engine).
+    """
+    try:
+        return orjson.dumps(value, default=_default).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
 
 
 def job_record(job: Job) -> dict[str, Any]:

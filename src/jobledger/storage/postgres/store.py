@@ -39,7 +39,7 @@ from jobledger.storage.postgres.listen import Listener
 from jobledger.storage.rows import (
     as_utc,
     event_from_dict,
-    job_from_dict,
+    job_from_row,
     schedule_from_dict,
     schedule_to_dict,
 )
@@ -93,7 +93,9 @@ class PostgresStore(Store):
             self.dsn,
             min_size=self._pool_min,
             max_size=self._pool_max,
-            kwargs={"autocommit": True},
+            # UTC sessions: psycopg then hands out times in `datetime.UTC` itself, which
+            # the row decoder passes through untouched
+            kwargs={"autocommit": True, "options": "-c TimeZone=UTC"},
             check=_check,
             open=False,
             name=f"jobledger-{self.schema}",
@@ -206,7 +208,11 @@ class PostgresStore(Store):
         return row[0] if row else None
 
     async def _jobs(self, sql: str, params: Any = None) -> list[Job]:
-        return [job_from_dict(r) for r in await self._rows(sql, params)]
+        """Rows selected as `JOB_COLUMNS`, decoded straight from tuples (the lanes'
+        reads go through here: no dict per row)."""
+        async with self.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(sql, params)
+            return [job_from_row(r) for r in await cur.fetchall()]
 
     # --- the queue -----------------------------------------------------------------------
     async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
