@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 
 from jobledger.domain.events import Actor
@@ -34,15 +34,20 @@ def new_trace_id() -> str:
     return secrets.token_hex(16)
 
 
+def _trace_of(trace_id: str | None, traceparent: str | None) -> str:
+    """The trace id to run under: given, else the one inside `traceparent`, else new."""
+    if trace_id is None and traceparent:
+        parts = traceparent.split("-")
+        trace_id = parts[1] if len(parts) >= 3 else None
+    return trace_id or new_trace_id()
+
+
 @contextlib.contextmanager
 def request_context(
     *, trace_id: str | None = None, traceparent: str | None = None, actor: Actor | None = None
 ) -> Iterator[RequestContext]:
     """Run a block under a trace id (a new one when not given) and an actor."""
-    if trace_id is None and traceparent:
-        parts = traceparent.split("-")
-        trace_id = parts[1] if len(parts) >= 3 else None
-    ctx = RequestContext(trace_id or new_trace_id(), traceparent, actor)
+    ctx = RequestContext(_trace_of(trace_id, traceparent), traceparent, actor)
     token = _current.set(ctx)
     try:
         yield ctx
@@ -50,11 +55,42 @@ def request_context(
         _current.reset(token)
 
 
+_SYSTEM_ACTOR = Actor(id=None, via="system")
+#: the `via: system` form of each enqueuer actor seen (actors are immutable and few)
+_AS_SYSTEM: dict[Actor, Actor] = {}
+
+
+def _as_system(actor: Actor | None) -> Actor:
+    if actor is None:
+        return _SYSTEM_ACTOR
+    found = _AS_SYSTEM.get(actor)
+    if found is None:
+        found = replace(actor, via="system")
+        if len(_AS_SYSTEM) < 4096:
+            _AS_SYSTEM[actor] = found
+    return found
+
+
+def enter_job(
+    trace_id: str | None, traceparent: str | None, actor: Actor | None
+) -> Token[RequestContext | None]:
+    """Open the context a handler runs in: the enqueuer's trace, its actor `via: system`.
+    Undo with `leave(token)`. (The lanes' form of `job_context`: no generator per run.)"""
+    return _current.set(RequestContext(_trace_of(trace_id, traceparent), traceparent,
+                                       _as_system(actor)))
+
+
+def leave(token: Token[RequestContext | None]) -> None:
+    _current.reset(token)
+
+
 @contextlib.contextmanager
 def job_context(
     trace_id: str | None, traceparent: str | None, actor: Actor | None
 ) -> Iterator[RequestContext]:
     """The context a handler runs in: the enqueuer's trace, its actor opened `via: system`."""
-    system_actor = replace(actor, via="system") if actor else Actor(id=None, via="system")
-    with request_context(trace_id=trace_id, traceparent=traceparent, actor=system_actor) as ctx:
-        yield ctx
+    token = enter_job(trace_id, traceparent, actor)
+    try:
+        yield current()
+    finally:
+        leave(token)

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from jobledger.context import job_context
+from jobledger import context
 from jobledger.domain import jobs
 from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
@@ -57,11 +57,13 @@ class OutcomePath:
         """Run `target`'s handler for `job` under the enqueuer's trace and actor."""
         started = time.perf_counter()
         error: BaseException | None = None
-        with job_context(job.trace_id, job.traceparent, job.actor):
-            try:
-                await target.handler(job)
-            except Exception as exc:  # every handler failure is classified, none escapes
-                error = exc
+        token = context.enter_job(job.trace_id, job.traceparent, job.actor)
+        try:
+            await target.handler(job)
+        except Exception as exc:  # every handler failure is classified, none escapes
+            error = exc
+        finally:
+            context.leave(token)
         return classify(error, (time.perf_counter() - started) * 1000.0)
 
     def policy(self, target: Target, job: Job) -> OutcomePolicy:
