@@ -10,15 +10,23 @@ bytea compares bytewise, which is the code-point order Python sorts `str` by).
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
 
+from jobledger.domain.events import Actor, Event
 from jobledger.domain.jobs import Change, Job
 from jobledger.domain.schedule_row import Schedule
-from jobledger.storage.rows import dedupe_key_of, event_to_dict, job_to_dict, schedule_to_dict
+from jobledger.storage.rows import (
+    JOB_FIELDS,
+    dedupe_key_of,
+    event_to_dict,
+    job_to_dict,
+    schedule_to_dict,
+)
 
 
 def _default(value: Any) -> Any:
@@ -55,6 +63,53 @@ def is_running_code(change: Change) -> bool:
     return isinstance(row, Job) and row.exclusive_code is not None
 
 
+def _dedupe_key(change: Change, n: int, event: Event) -> str | None:
+    """What the log's unique dedupe index holds for the `n`-th event of `change`."""
+    return dedupe_key_of(event) or (change.dedupe_key if change.is_new and n == 0 else None)
+
+
+def opens_job(change: Change) -> bool:
+    """A change the enqueue statement takes: a new job stream of one event."""
+    return change.is_new and len(change.events) == 1 and isinstance(change.row, Job)
+
+
+_JOB_VALUES = operator.attrgetter(*JOB_FIELDS)
+_ACTOR = JOB_FIELDS.index("actor")
+_HEADERS = JOB_FIELDS.index("headers")
+
+
+def _actor(actor: Actor | None) -> dict[str, Any] | None:
+    return actor.to_json() if actor else None
+
+
+def _opening(change: Change) -> list[Any]:
+    """One element of `rows`: the job row in `JOB_FIELDS` order, its order key, then
+    the event's `OPENING_EVENT_FIELDS` (the event's data travels in `data`)."""
+    job: Job = change.row
+    event = change.events[0]
+    row = list(_JOB_VALUES(job))
+    row[_ACTOR] = _actor(job.actor)
+    if job.headers is not None:
+        row[_HEADERS] = dict(job.headers)
+    row.append(job.order_key.encode())
+    row += (event.stream, event.version, event.type, event.at, _actor(event.actor),
+            event.trace_id, event.prev_hash, event.hash, _dedupe_key(change, 0, event))
+    return row
+
+
+def opening_params(changes: Sequence[Change]) -> dict[str, str]:
+    """The parameters of `Statements.enqueue` for changes that all pass `opens_job`.
+
+    Positional rows (`rows`, read as jsonb: one parse, constant-time access by index)
+    and the events' data apart (`data`, read as json: the exact text is kept, see
+    docs/postgres.md), element k of both belonging to `changes[k]`.
+    """
+    return {
+        "rows": dumps([_opening(c) for c in changes]),
+        "data": dumps([dict(c.events[0].data) for c in changes]),
+    }
+
+
 def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
     """The parameters for one apply statement; `items` are (index, change), one per stream."""
     changes: list[dict[str, Any]] = []
@@ -86,9 +141,7 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
             record["i"] = index
             record["slot"] = len(events)
             record["fst"] = first_new
-            record["dedupe_key"] = dedupe_key_of(event) or (
-                change.dedupe_key if first_new else None
-            )
+            record["dedupe_key"] = _dedupe_key(change, n, event)
             events.append(record)
     return {
         "changes": dumps(changes),

@@ -22,6 +22,21 @@ _EVENT_INSERT = EVENT_COLUMNS + ", dedupe_key"
 #: a NOTIFY payload must stay under 8000 bytes; past this the hint says "everything"
 MAX_NOTIFY = 7900
 
+#: the enqueue statement's rows: the job row (`JOB_FIELDS`), `order_key`, then these
+#: fields of the stream's first event (see `encode.opening_params`)
+OPENING_EVENT_FIELDS = (
+    "stream", "version", "type", "at", "actor", "trace_id", "prev_hash", "hash", "dedupe_key",
+)
+#: the SQL type of every `jobs` column that is not text (a test compares with the table)
+JOB_TYPES = {
+    "partition": "integer", "version": "bigint", "payload": "jsonb", "attempts": "integer",
+    "next_run_at": "timestamptz", "created_at": "timestamptz", "updated_at": "timestamptz",
+    "stream_version": "integer", "headers": "jsonb", "actor": "jsonb",
+    "lease_until": "timestamptz", "closed_at": "timestamptz", "order_key": "bytea",
+}
+#: likewise for the `events` columns the enqueue statement reads from its rows
+EVENT_TYPES = {"version": "integer", "at": "timestamptz", "actor": "json"}
+
 
 #: the compare-and-set updates and deletes of streams that already exist
 EXISTING = """ju AS (
@@ -64,8 +79,10 @@ class Statements:
     channel: str
     apply: str
     apply_guarded: str
-    #: the enqueue path: every change opens a new stream (no updates, no deletes)
+    #: every change opens a new stream (no updates, no deletes)
     insert_new: str
+    #: the enqueue path: every change opens a job stream with one event
+    enqueue: str
     fast_pending_first: str
     fast_pending_after: str
     long_candidates: str
@@ -104,6 +121,73 @@ def horizon(xmax: int, running: list[int]) -> int:
         if 0 < behind < (1 << 31):
             lowest = min(lowest, xmax - behind)
     return lowest << ORDINAL_BITS
+
+
+def _field(index: int, sql_type: str | None) -> str:
+    """Element `index` of a positional jsonb row `x.r`, as a value of `sql_type`."""
+    if sql_type == "jsonb":  # a JSON null is SQL NULL, as json_populate_recordset has it
+        return f"nullif(x.r->{index}, 'null')"
+    text = f"x.r->>{index}"
+    return f"({text})::{sql_type}" if sql_type else text
+
+
+def _notify(channel: str, parts: str, lanes: str, schedules: str, source: str) -> str:
+    """The wake-up `pg_notify` over the winners in `source` (none: no NOTIFY)."""
+    return f"""
+  SELECT pg_notify('{channel}', CASE WHEN length(x.p) > {MAX_NOTIFY} THEN '*' ELSE x.p END)
+  FROM (
+    SELECT json_build_object(
+      'p', coalesce(array_agg(DISTINCT {parts}) FILTER (WHERE {parts} IS NOT NULL), '{{}}'),
+      'l', coalesce(array_agg(DISTINCT {lanes}) FILTER (WHERE {lanes} IS NOT NULL), '{{}}'),
+      's', coalesce(bool_or({schedules}), false))::text AS p,
+      count(*) AS k
+    FROM {source}
+  ) x
+  WHERE x.k > 0
+"""
+
+
+def _base(s: str) -> str:
+    """The highest event position this transaction has written, or its range's start."""
+    return f"""base AS (
+  SELECT coalesce(
+    (SELECT max(position) FROM {s}.events
+      WHERE position >= x.lo AND position < x.lo + {1 << ORDINAL_BITS}),
+    x.lo) AS b
+  FROM (SELECT pg_current_xact_id()::text::bigint << {ORDINAL_BITS} AS lo) x
+)"""
+
+
+def enqueue_sql(s: str, channel: str) -> str:
+    """New job streams of one event each, from `encode.opening_params`: the events with
+    `ON CONFLICT DO NOTHING` (a seen dedupe key drops that job alone), the winners'
+    rows, the wake-up; returns the winners' indexes."""
+    job_cols = (*JOB_FIELDS, "order_key")
+    at = {name: len(job_cols) + k for k, name in enumerate(OPENING_EVENT_FIELDS)}
+    event_values = ", ".join(
+        "x.d" if f == "data" else _field(at[f], EVENT_TYPES.get(f))
+        for f in _EVENT_INSERT.split(", ")[1:]
+    )
+    job_values = ", ".join(_field(k, JOB_TYPES.get(c)) for k, c in enumerate(job_cols))
+    part, lane = job_cols.index("partition"), job_cols.index("lane")
+    return f"""
+WITH x AS (
+  SELECT r, d, n::int - 1 AS slot
+  FROM ROWS FROM (jsonb_array_elements(%(rows)s::jsonb), json_array_elements(%(data)s::json))
+    WITH ORDINALITY AS x(r, d, n)
+),
+{_base(s)},
+nf AS (
+  INSERT INTO {s}.events ({_EVENT_INSERT})
+  SELECT base.b + 1 + x.slot, {event_values} FROM x CROSS JOIN base ORDER BY x.slot
+  ON CONFLICT DO NOTHING
+  RETURNING stream
+),
+w AS (SELECT x.* FROM x JOIN nf ON nf.stream = x.r->>{at["stream"]}),
+jn AS (INSERT INTO {s}.jobs ({", ".join(job_cols)}) SELECT {job_values} FROM w x),
+n AS ({_notify(channel, f"(x.r->>{part})::int", f"x.r->>{lane}", "false", "w x")})
+SELECT coalesce((SELECT array_agg(slot) FROM w), '{{}}'::int[]), (SELECT count(*) FROM n)
+"""
 
 
 def build(schema: str) -> Statements:
@@ -146,13 +230,7 @@ ev AS (
     i int, slot int, fst bool, stream text, version int, type text, data json,
     at timestamptz, actor json, trace_id text, prev_hash text, hash text, dedupe_key text)
 ),
-base AS (
-  SELECT coalesce(
-    (SELECT max(position) FROM {s}.events
-      WHERE position >= x.lo AND position < x.lo + {1 << ORDINAL_BITS}),
-    x.lo) AS b
-  FROM (SELECT pg_current_xact_id()::text::bigint << {ORDINAL_BITS} AS lo) x
-),
+{_base(s)},
 {existing}nf AS (
   INSERT INTO {s}.events ({_EVENT_INSERT})
   SELECT {event_values} FROM ev e JOIN ok ON ok.i = e.i CROSS JOIN base
@@ -177,18 +255,7 @@ er AS (
   SELECT {event_values} FROM ev e JOIN w ON w.i = e.i CROSS JOIN base
   WHERE NOT e.fst ORDER BY e.slot
 ),
-n AS (
-  SELECT pg_notify('{channel}', CASE WHEN length(x.p) > {MAX_NOTIFY} THEN '*' ELSE x.p END)
-  FROM (
-    SELECT json_build_object(
-      'p', coalesce(array_agg(DISTINCT c.part) FILTER (WHERE c.part IS NOT NULL), '{{}}'),
-      'l', coalesce(array_agg(DISTINCT c.lane) FILTER (WHERE c.lane IS NOT NULL), '{{}}'),
-      's', coalesce(bool_or(c.kind = 'schedule'), false))::text AS p,
-      count(*) AS k
-    FROM w JOIN c ON c.i = w.i
-  ) x
-  WHERE x.k > 0
-)
+n AS ({_notify(channel, "c.part", "c.lane", "c.kind = 'schedule'", "w JOIN c ON c.i = w.i")})
 SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) FROM n)
 """
 
@@ -200,6 +267,7 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         apply=apply_sql(False),
         apply_guarded=apply_sql(True),
         insert_new=apply_sql(False, new_only=True),
+        enqueue=enqueue_sql(s, channel),
         fast_pending_first=f"SELECT {JOB_COLUMNS} {pending} {order}",
         fast_pending_after=f"SELECT {JOB_COLUMNS} {pending} AND order_key > %(after)s {order}",
         long_candidates=f"""

@@ -183,6 +183,10 @@ class PostgresStore(Store):
     ) -> list[int]:
         if sum(len(c.events) for _, c in items) > MAX_EVENTS_PER_STATEMENT:
             raise ValueError(f"more than {MAX_EVENTS_PER_STATEMENT} events in one call")
+        if guard is None and all(encode.opens_job(c) for _, c in items):
+            # the enqueue path: a smaller statement, positional parameters
+            opening = encode.opening_params([c for _, c in items])
+            return [items[k][0] for k in await self._winners(conn, self.sql.enqueue, opening)]
         params: dict[str, Any] = encode.encode(items)
         sql = self.sql.apply
         if guard is None and all(c.is_new for _, c in items):
@@ -190,6 +194,11 @@ class PostgresStore(Store):
         if guard is not None:
             sql = self.sql.apply_guarded
             params["pod"], params["now"] = guard.pod, guard.now
+        return await self._winners(conn, sql, params)
+
+    @staticmethod
+    async def _winners(conn: Conn, sql: str, params: Any) -> list[int]:
+        """Run one write statement; the indexes of the changes it applied."""
         async with conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(sql, params)
             row = await cur.fetchone()
