@@ -31,6 +31,10 @@ from jobledger.targets.registry import TargetRegistry
 
 logger = logging.getLogger("jobledger.enqueue")
 
+#: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
+#: payload check's text (ASCII, default separators) and its errors are the same
+_PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
+
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
@@ -94,13 +98,14 @@ class Engine:
         change_slots: list[int] = []
         lossy: list[tuple[int, NewJob]] = []
         seen: set[str] = set()
+        at_ms = int(stamp.at.timestamp() * 1000)
         for index, item in enumerate(items):
             target = self.targets.get(item.target)
             self._check(item)
             if target.lossy:
                 lossy.append((index, item))
                 continue
-            job_id = new_id(int(stamp.at.timestamp() * 1000))
+            job_id = new_id(at_ms)
             dedupe = item.dedupe_key or job_id
             if dedupe in seen:
                 results[index] = Enqueued(None, False)
@@ -170,12 +175,13 @@ class Engine:
         ):
             raise InvalidArgument("headers must map strings to strings")
         try:
-            body = json.dumps(item.payload, allow_nan=False)
+            body = _PAYLOAD_JSON.encode(item.payload)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
-        if len(body.encode()) > self.settings.max_payload_bytes:
+        size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
+        if size > self.settings.max_payload_bytes:
             raise InvalidPayload(
-                f"payload for {item.target!r} is {len(body.encode())} bytes,"
+                f"payload for {item.target!r} is {size} bytes,"
                 f" over the {self.settings.max_payload_bytes}-byte limit"
             )
 

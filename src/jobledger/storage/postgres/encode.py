@@ -91,7 +91,7 @@ def _opening(change: Change) -> list[Any]:
     row[_ACTOR] = _actor(job.actor)
     if job.headers is not None:
         row[_HEADERS] = dict(job.headers)
-    row.append(job.order_key.encode())
+    row.append("\\x" + job.order_key.encode().hex())  # bytea's hex input, no `default` call
     row += (event.stream, event.version, event.type, event.at, _actor(event.actor),
             event.trace_id, event.prev_hash, event.hash, _dedupe_key(change, 0, event))
     return row
