@@ -7,7 +7,7 @@ the lanes restore it — as `via: system` — while the handler runs (reference 
 from __future__ import annotations
 
 import contextlib
-import secrets
+import random
 from collections.abc import Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
@@ -23,6 +23,7 @@ class RequestContext:
 
 
 _EMPTY = RequestContext()
+_random = random.Random()
 _current: ContextVar[RequestContext | None] = ContextVar("jobledger_context", default=None)
 
 
@@ -31,7 +32,9 @@ def current() -> RequestContext:
 
 
 def new_trace_id() -> str:
-    return secrets.token_hex(16)
+    """32 hex digits, as W3C trace context and OpenTelemetry's own generator make them
+    (random, not secret: a trace id is no credential)."""
+    return f"{_random.getrandbits(128):032x}"
 
 
 def _trace_of(trace_id: str | None, traceparent: str | None) -> str:

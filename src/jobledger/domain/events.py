@@ -140,14 +140,18 @@ def _orjson_writes_the_same(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -(1 << 63) <= value < (1 << 64)
+        number: int = value
+        return -(1 << 63) <= number < (1 << 64)
     if kind is float:
-        size = abs(value)
+        size: float = abs(value)
         return size == 0.0 or 1e-4 <= size < 1e16
     if kind is dict:
-        return all(type(k) is str and _orjson_writes_the_same(v) for k, v in value.items())
+        for key, item in value.items():
+            if type(key) is not str or not _orjson_writes_the_same(item):
+                return False
+        return True
     if kind is list:
-        return all(_orjson_writes_the_same(v) for v in value)
+        return all(_orjson_writes_the_same(item) for item in value)
     return False
 
 

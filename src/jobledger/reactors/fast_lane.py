@@ -48,6 +48,7 @@ from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.waiting import safety_poll_s, wait_for
 from jobledger.storage.port import LeaseGuard
 from jobledger.targets.registry import Target
+from jobledger.tasks import run_each
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -291,7 +292,7 @@ class PartitionWorker:
                 coros.append(self._chain((marked,), probes))
             # one task per chain: a handler's timeouts (asyncio.timeout in aiokafka) must
             # cancel its own task, never the partition loop
-            ran = [r for results in await asyncio.gather(*coros) for r in results]
+            ran = [r for results in await run_each(coros) for r in results]
             sent = len(ran)
             lane.stats.round(sent)
             await self._write(ran)

@@ -148,10 +148,14 @@ def schedule_from_dict(record: dict[str, Any]) -> Schedule:
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    record = {name: getattr(event, name) for name in EVENT_FIELDS}
-    record["data"] = dict(event.data)
-    record["actor"] = event.actor.to_json() if event.actor else None
-    return record
+    """`EVENT_FIELDS` of `event` (every outcome batch encodes one per event: no loop)."""
+    actor = event.actor
+    return {
+        "position": event.position, "stream": event.stream, "version": event.version,
+        "type": event.type, "data": dict(event.data), "at": event.at,
+        "actor": actor.to_json() if actor else None, "trace_id": event.trace_id,
+        "prev_hash": event.prev_hash, "hash": event.hash,
+    }
 
 
 def event_from_dict(record: dict[str, Any]) -> Event:
