@@ -2,7 +2,9 @@
 
 Everything lives in dictionaries of one process; a transaction stages its changes and
 applies them on commit under the same compare-and-set rules as the real adapters, so
-the contract suite holds for it too.
+the contract suite holds for it too. The queue reads go through one index, the job ids
+of each lane (and fast-lane partition), as the real adapters' indexes do: a partition
+worker's page costs the rows of its partition, not every row of the store.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import copy
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,6 +56,9 @@ class MemoryStore(Store):
         self.log: list[Event] = []
         self.last_position = 0
         self.jobs: dict[str, Job] = {}
+        # ids of the rows in `jobs`, by lane and fast-lane partition (insertion-ordered)
+        self._fast_ids: dict[int, dict[str, None]] = {}
+        self._long_ids: dict[str, None] = {}
         self.schedules: dict[str, Schedule] = {}
         self.versions: dict[str, int] = {}
         self.dedupe: set[str] = set()
@@ -153,11 +158,37 @@ class MemoryStore(Store):
         if change.is_new and change.dedupe_key:
             self.dedupe.add(change.dedupe_key)
         kind, _, ident = change.stream.partition(":")
-        table: dict[str, Any] = self.jobs if kind == "job" else self.schedules
-        if change.row is None:
-            table.pop(ident, None)
+        if kind == "job":
+            self._put_job(ident, change.row)
+        elif change.row is None:
+            self.schedules.pop(ident, None)
         else:
-            table[ident] = change.row
+            self.schedules[ident] = change.row
+
+    def _put_job(self, ident: str, row: Job | None) -> None:
+        """Write (or, `row` None, remove) one job row, keeping the lane index in step."""
+        old = self.jobs.get(ident)
+        if old is not None and (row is None or self._ids_of(old) is not self._ids_of(row)):
+            del self._ids_of(old)[ident]
+        if row is None:
+            self.jobs.pop(ident, None)
+            return
+        self.jobs[ident] = row
+        self._ids_of(row)[ident] = None
+
+    def _ids_of(self, job: Job) -> dict[str, None]:
+        """The index entry `job` belongs to: its fast-lane partition's, or the long lane's."""
+        if job.lane == Lane.LONG:
+            return self._long_ids
+        return self._fast_ids.setdefault(job.partition, {})
+
+    def _rows(self, ids: Iterable[str]) -> Iterator[Job]:
+        jobs = self.jobs
+        return (jobs[ident] for ident in ids)
+
+    def _fast_rows(self, partitions: Iterable[int]) -> Iterator[Job]:
+        for partition in partitions:
+            yield from self._rows(self._fast_ids.get(partition, ()))
 
     def _notify(self, applied: Sequence[Change]) -> None:
         wake = wake_of(applied)
@@ -167,17 +198,16 @@ class MemoryStore(Store):
     # --- the queue -----------------------------------------------------------------------
     async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
         rows = [
-            j for j in self.jobs.values()
-            if j.status == JobStatus.PENDING and j.lane == Lane.FAST and j.partition == partition
-            and (after_key is None or j.order_key > after_key)
+            j for j in self._fast_rows((partition,))
+            if j.status == JobStatus.PENDING and (after_key is None or j.order_key > after_key)
         ]
         rows.sort(key=lambda j: (j.order_key, j.version, j.id))
         return rows[:limit]
 
     async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
         rows = [
-            j for j in self.jobs.values()
-            if j.lane == Lane.LONG and (
+            j for j in self._rows(self._long_ids)
+            if (
                 (j.status == JobStatus.PENDING and j.next_run_at <= now)
                 or (j.status == JobStatus.RUNNING and j.lease_until is not None and j.lease_until <= now)
             )
@@ -193,18 +223,11 @@ class MemoryStore(Store):
         }
 
     async def inflight(self, partition: int) -> list[Job]:
-        return [
-            j for j in self.jobs.values()
-            if j.partition == partition and j.lane == Lane.FAST and j.inflight_token is not None
-        ]
+        return [j for j in self._fast_rows((partition,)) if j.inflight_token is not None]
 
     async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
-        wanted = set(partitions)
-        times = [
-            j.next_run_at for j in self.jobs.values()
-            if j.status == JobStatus.PENDING and j.lane == lane
-            and (lane == Lane.LONG or j.partition in wanted)
-        ]
+        rows = self._rows(self._long_ids) if lane == Lane.LONG else self._fast_rows(set(partitions))
+        times = [j.next_run_at for j in rows if j.status == JobStatus.PENDING]
         return min(times, default=None)
 
     # --- coordination --------------------------------------------------------------------
@@ -316,7 +339,11 @@ class MemoryStore(Store):
         self.checkpoints[name] = (position, copy.deepcopy(state))
 
     async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
-        self.jobs = {j.id: j for j in jobs}
+        self.jobs = {}
+        self._fast_ids = {}
+        self._long_ids = {}
+        for job in jobs:
+            self._put_job(job.id, job)
         self.schedules = {s.code: s for s in schedules}
 
     def feed(self) -> AsyncIterator[Wake]:
