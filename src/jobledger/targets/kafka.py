@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import ProducerClosed
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from jobledger import context
 from jobledger.domain.errors import ConfigError, DeadNow, TargetUnreachable
@@ -196,6 +198,7 @@ class KafkaTarget:
             request_timeout_ms=int(self.options.request_timeout_s * 1000),
             max_request_size=self.options.max_request_size,
             linger_ms=self.options.linger_ms,
+            partitioner=partition_of,
         )
         _disable_client_retries(producer)
         return producer
@@ -229,6 +232,20 @@ class KafkaTarget:
     async def _close_quietly(producer: Any) -> None:
         with contextlib.suppress(Exception):
             await producer.stop()
+
+
+@functools.lru_cache(maxsize=65_536)
+def _key_hash(key: bytes) -> int:
+    return int(murmur2(key)) & 0x7FFFFFFF
+
+
+def partition_of(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    """aiokafka's `DefaultPartitioner` (the Java client's murmur2 of the key, so a key
+    lands where any Kafka client puts it), the hash of a key remembered: every version of
+    a key hashes the same bytes, and aiokafka's murmur2 is pure Python."""
+    if key is None:
+        return int(DefaultPartitioner()(key, all_partitions, available))
+    return all_partitions[_key_hash(key) % len(all_partitions)]
 
 
 def install_kafka(

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiokafka.errors as kerr
+import orjson
 
 from jobledger.context import RequestContext
 from jobledger.domain.errors import (
@@ -185,11 +187,40 @@ class Record:
         return dict(self.headers).get(name)
 
 
+#: orjson hands these back instead of writing them (it raises, the stdlib decides): str,
+#: int, dict and list subclasses, datetimes, dataclasses
+_ORJSON_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+#: orjson text the stdlib might write differently: every float orjson writes has a digit
+#: then `.`, `e` or `E` (the two format some floats differently), and it writes NaN and
+#: infinities as `null` (the stdlib refuses them). A string merely containing these only
+#: costs the slower encoder.
+_STDLIB_DECIDES = re.compile(rb"[0-9][.eE]|null")
+
+
 def encode_value(payload: Any) -> bytes | None:
     """Compact JSON, UTF-8 as written (JSON.stringify's bytes). No payload → no value:
-    a tombstone, which then needs a key."""
+    a tombstone, which then needs a key.
+
+    The bytes are always those of `json.dumps(payload, separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False)`: orjson writes them when the payload is plain
+    JSON without floats or nulls (identical there, and about 20 times faster), the
+    standard library otherwise. (orjson also writes UUIDs and plain enums, which the
+    standard library refuses; a job's payload cannot hold them, since enqueue wrote it
+    into the event log with the standard library's encoder.)
+    """
     if payload is None:
         return None
+    try:
+        value = orjson.dumps(payload, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return _stdlib_json(payload)
+    return _stdlib_json(payload) if _STDLIB_DECIDES.search(value) else value
+
+
+def _stdlib_json(payload: Any) -> bytes:
     try:
         text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -204,8 +235,7 @@ def build_record(job: Job, ctx: RequestContext, topic: str) -> Record:
     value = encode_value(job.payload)
     if key is None and value is None:
         raise InvalidRecord("a Kafka record needs a key or a value: the job has neither")
-    headers: dict[str, str] = {"event_id": job.id}
-    headers.update(job.headers or {})
+    headers = {"event_id": job.id, **job.headers} if job.headers else {"event_id": job.id}
     traceparent = ctx.traceparent or job.traceparent
     trace_id = ctx.trace_id or job.trace_id
     if traceparent:
@@ -213,7 +243,7 @@ def build_record(job: Job, ctx: RequestContext, topic: str) -> Record:
     if trace_id:
         headers["trace_id"] = trace_id
     return Record(
-        topic, key, value, tuple((name, text.encode("utf-8")) for name, text in headers.items())
+        topic, key, value, tuple([(name, text.encode("utf-8")) for name, text in headers.items()])
     )
 
 
