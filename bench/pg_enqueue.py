@@ -3,7 +3,10 @@
 (a) one enqueue inside a caller transaction that also inserts a business row, against
     the raw transaction that only inserts the business row (goal <= 1.1x);
 (b) a batch of 1,000 enqueues per transaction (goal ≥ 50,000 jobs/s), against raw
-    executemany and COPY of the same job rows into a table shaped like `jobs`.
+    executemany and COPY of the same job rows into a table shaped like `jobs`, and COPY
+    of the job rows and their events into tables shaped like `jobs` and `events` (what
+    the store writes, without dedupe, positions or NOTIFY). The variants take turns
+    batch by batch.
 
     .venv/bin/python bench/pg_enqueue.py [--single N] [--batches N]
 """
@@ -13,12 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from typing import Any
 
+import psycopg
 from pg_common import engine, fresh_store, line, median_ms, timed
+from psycopg.types.json import Json, Jsonb
 
 from jobledger.domain.jobs import NewJob
 from jobledger.storage.postgres.encode import job_record
-from jobledger.storage.postgres.statements import JOB_COLUMNS
+from jobledger.storage.postgres.statements import EVENT_COLUMNS, JOB_COLUMNS
+from jobledger.storage.rows import dedupe_key_of, event_to_dict
 
 
 async def single(n: int) -> None:
@@ -55,7 +62,8 @@ async def batches(n: int, size: int = 1000) -> None:
         eng = engine(store)
         s = store.s
         async with store.pool.connection() as conn:
-            await conn.execute(f"CREATE TABLE {s}.raw_jobs (LIKE {s}.jobs INCLUDING ALL)")
+            for table in ("jobs", "events"):
+                await conn.execute(f"CREATE TABLE {s}.raw_{table} (LIKE {s}.{table} INCLUDING ALL)")
 
         def items(b: int) -> list[NewJob]:
             return [
@@ -69,57 +77,78 @@ async def batches(n: int, size: int = 1000) -> None:
                 flags = await eng.enqueue_many(items(b), tx=tx)
                 assert all(f.inserted for f in flags)
 
-        # the same rows the store writes, as the baseline inserts them
+        # the same rows the store writes, as the baselines insert them (batch b's ids,
+        # streams, dedupe keys and positions made unique)
         await ours(-1)
-        rows = await store.all_jobs()
-        cols = [*JOB_COLUMNS.split(", "), "order_key"]
+        rows = (await store.all_jobs())[:size]
+        events = await store.read_log(0, limit=size)
+        job_cols = [*JOB_COLUMNS.split(", "), "order_key"]
+        event_cols = [*EVENT_COLUMNS.split(", "), "dedupe_key"]
 
-        def raw_rows(b: int) -> list[tuple[object, ...]]:
+        def raw_jobs(b: int) -> list[tuple[object, ...]]:
             out = []
-            for j in rows[:size]:
+            for j in rows:
                 record = job_record(j)
                 record["id"] = f"{b:08d}{record['id'][8:]}"
-                out.append(tuple(
-                    _adapt(record[c]) for c in cols
-                ))
+                record["dedupe_key"] = f"{b}-{record['dedupe_key']}"
+                out.append(tuple(_adapt(record[c]) for c in job_cols))
             return out
 
-        from psycopg.types.json import Jsonb
+        def raw_events(b: int) -> list[tuple[object, ...]]:
+            out = []
+            for k, e in enumerate(events):
+                record = event_to_dict(e)
+                record["position"] = b * size + k
+                record["stream"] = f"job:{b:08d}{e.stream[12:]}"
+                record["dedupe_key"] = f"{b}-{dedupe_key_of(e)}"
+                out.append(tuple(_adapt(record[c], Json) for c in event_cols))
+            return out
 
-        def _adapt(value: object) -> object:
-            return Jsonb(value) if isinstance(value, dict) else value
+        def _adapt(value: object, wrap: type[Json | Jsonb] = Jsonb) -> object:
+            return wrap(value) if isinstance(value, dict) else value
 
-        insert = (f"INSERT INTO {s}.raw_jobs ({', '.join(cols)}) VALUES"
-                  f" ({', '.join(['%s'] * len(cols))})")
+        insert = (f"INSERT INTO {s}.raw_jobs ({', '.join(job_cols)}) VALUES"
+                  f" ({', '.join(['%s'] * len(job_cols))})")
 
         async def raw_many(b: int) -> None:
-            data = raw_rows(b)
+            data = raw_jobs(b)
             async with store.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 await cur.executemany(insert, data)
 
-        async def raw_copy(b: int) -> None:
-            data = raw_rows(b + 100_000)
-            copy = f"COPY {s}.raw_jobs ({', '.join(cols)}) FROM STDIN"
-            async with (
-                store.pool.connection() as conn,
-                conn.transaction(),
-                conn.cursor() as cur,
-                cur.copy(copy) as cp,
-            ):
+        async def copy(cur: psycopg.AsyncCursor[Any], table: str, cols: list[str],
+                       data: list[tuple[object, ...]]) -> None:
+            async with cur.copy(f"COPY {s}.{table} ({', '.join(cols)}) FROM STDIN") as cp:
                 for r in data:
                     await cp.write_row(r)
 
-        results: dict[str, float] = {}
-        for name, fn in (("executemany", raw_many), ("copy", raw_copy), ("store", ours)):
-            started = time.perf_counter()
-            for b in range(n):
+        async def raw_copy(b: int) -> None:
+            data = raw_jobs(b + 100_000)
+            async with store.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                await copy(cur, "raw_jobs", job_cols, data)
+
+        async def raw_copy_both(b: int) -> None:
+            jobs, log = raw_jobs(b + 200_000), raw_events(b + 200_000)
+            async with store.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                await copy(cur, "raw_jobs", job_cols, jobs)
+                await copy(cur, "raw_events", event_cols, log)
+
+        runs = {"executemany": raw_many, "copy": raw_copy, "copy both": raw_copy_both,
+                "store": ours}
+        spent = dict.fromkeys(runs, 0.0)
+        for b in range(n):  # interleaved, so drift and other load hit every variant alike
+            for name, fn in runs.items():
+                started = time.perf_counter()
                 await fn(b)
-            results[name] = n * size / (time.perf_counter() - started)
+                spent[name] += time.perf_counter() - started
+        results = {name: n * size / seconds for name, seconds in spent.items()}
         print(f"(b) batches of {size} per transaction, {n} batches")
         print(line("raw executemany of the job rows (pipeline)", results["executemany"], "rows/s"))
         print(line("raw COPY of the job rows", results["copy"], "rows/s"))
+        print(line("raw COPY of the job rows and their events", results["copy both"], "jobs/s"))
         print(line("store: engine.enqueue_many (events + rows + NOTIFY)", results["store"], "jobs/s"))
         print(line("ratio store / raw COPY", results["store"] / results["copy"], "x"))
+        print(line("ratio store / raw COPY of rows and events",
+                   results["store"] / results["copy both"], "x"))
         print(line("ratio store / raw executemany", results["store"] / results["executemany"], "x"))
 
 
