@@ -106,18 +106,18 @@ async def drop_schema(schema: str) -> None:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-async def raw(bootstrap: str, topic: str, work: list[tuple[str, int]]) -> float:
+async def raw(bootstrap: str, topic: str, work: list[tuple[str, int]]) -> tuple[float, float]:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=10000)
     await producer.start()
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         futures = []
         for key, version in work:
             value = json.dumps(payload(key, version), separators=(",", ":")).encode()
             headers = [("event_id", f"{key}:{version}".encode()), ("trace_id", TRACE.encode())]
             futures.append(await producer.send(topic, value, key=key.encode(), headers=headers))
         await asyncio.gather(*futures)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
     finally:
         await producer.stop()
 
@@ -163,9 +163,10 @@ async def leftover(store: Store) -> dict[str, int]:
 async def engine_run(
     kind: str, tmp: Path, bootstrap: str | None, topic: str, mode: str,
     work: list[tuple[str, int]], profile: cProfile.Profile | None = None,
-) -> tuple[float, dict[str, int]]:
+) -> tuple[float, float, dict[str, int]]:
     """Drain `work` through Engine + Runtime. `bootstrap` None: the same target name with
-    a no-op handler instead of Kafka (the engine's own ceiling on this machine)."""
+    a no-op handler instead of Kafka (the engine's own ceiling on this machine).
+    Returns the wall time, this process's CPU time and what was left in the queue."""
     async with fresh_store(kind, tmp) as store:
         engine = Engine(store, settings=Settings(kafka_target_topics=f"{topic}:{mode}"))
         target = f"kafka:{topic}"
@@ -184,17 +185,17 @@ async def engine_run(
         try:
             if profile is not None:
                 profile.enable()
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             await runtime.start()
             await drained(runtime, store, len(work), 600)
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
             if profile is not None:
                 profile.disable()
         finally:
             await runtime.stop()
             if kafka is not None:
                 await kafka.stop()  # after the lanes, as a pod shuts down
-        return elapsed, await leftover(store)
+        return elapsed, cpu, await leftover(store)
 
 
 async def check_order(bootstrap: str, topic: str, expected: int) -> str:
@@ -219,23 +220,31 @@ async def one_round(
     for topic in (raw_topic, engine_topic):
         await create_topic(broker.bootstrap, topic, args.partitions)
     rates: dict[str, float] = {}
-    raw_s = await raw(broker.bootstrap, raw_topic, work)
+    raw_s, raw_cpu = await raw(broker.bootstrap, raw_topic, work)
     rates["raw"] = len(work) / raw_s
-    print(f"  raw aiokafka, batched  {rates['raw']:10,.0f} records/s  ({raw_s:.2f} s)")
+    print(f"  raw aiokafka, batched  {rates['raw']:10,.0f} records/s  ({raw_s:.2f} s,"
+          f" {cpu_per_job(raw_cpu, work)})")
     for path, bootstrap in (("kafka", broker.bootstrap), ("noop", None)):
         topic = engine_topic if bootstrap else f"bench.noop.{n}"
-        elapsed, left = await engine_run(
+        elapsed, cpu, left = await engine_run(
             args.store, tmp / f"{path}{n}", bootstrap, topic, args.mode, work,
             profile if args.profile == path else None,
         )
         rates[path] = len(work) / elapsed
         label = "engine kafka target   " if bootstrap else "engine no-op target   "
-        print(f"  {label} {rates[path]:10,.0f} jobs/s     ({elapsed:.2f} s)"
+        print(f"  {label} {rates[path]:10,.0f} jobs/s     ({elapsed:.2f} s,"
+              f" {cpu_per_job(cpu, work)})"
               + (f"  LEFT IN THE QUEUE: {left}" if left else ""))
     print_ratios(rates)
     print(f"  raw:    {await check_order(broker.bootstrap, raw_topic, len(work))}")
     print(f"  engine: {await check_order(broker.bootstrap, engine_topic, len(work))}")
     return rates
+
+
+def cpu_per_job(cpu_s: float, work: list[tuple[str, int]]) -> str:
+    """This process's CPU time per record (the broker's is not in it): close to the wall
+    time per record when the Python side is the bottleneck."""
+    return f"{cpu_s / len(work) * 1e6:.0f} µs CPU/record here"
 
 
 def print_ratios(rates: dict[str, float], prefix: str = "") -> None:

@@ -138,6 +138,21 @@ async def test_hung_broker_at_connect_is_unreachable_within_the_connect_timeout(
     tansu.thaw()
 
 
+async def test_metadata_wait_on_a_hung_broker_is_unreachable_within_the_connect_timeout(
+    tansu: Tansu, make_target: Any
+) -> None:
+    """A warm producer, a topic it has no metadata for, a broker that answers nothing:
+    the send waits before its record is queued, bounded like a connect."""
+    target = make_target(tansu.bootstrap, connect_timeout_s=0.5, request_timeout_s=5.0)
+    await run(target, make_job("orders", {"warm": True}))
+    tansu.freeze()
+    started = time.monotonic()
+    with pytest.raises(TargetUnreachable, match="not_sent"):
+        await run(target, make_job("unseen", {"a": 1}))
+    assert time.monotonic() - started < 1.4
+    tansu.thaw()
+
+
 async def test_broker_killed_mid_send_is_outcome_unknown(tansu: Tansu, make_target: Any) -> None:
     target = make_target(tansu.bootstrap, request_timeout_s=5.0)
     await run(target, make_job("orders", {"warm": True}))

@@ -28,9 +28,9 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import ProducerClosed
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from jobledger.engine import Engine
 
 logger = logging.getLogger("jobledger.kafka")
+
+T = TypeVar("T")
 
 __all__ = ["KafkaEvent", "KafkaTarget", "ProducerOptions", "SendFailed", "install_kafka"]
 
@@ -99,6 +101,48 @@ def _disable_client_retries(producer: Any) -> None:
             " cannot turn client retries off (tested with aiokafka 0.12-0.14)"
         )
     accumulator._batch_ttl = 0
+
+
+async def bounded_if_it_waits(awaitable: Awaitable[T], timeout_s: float) -> T:
+    """`await awaitable`, timed out after `timeout_s` if it has to wait.
+
+    aiokafka's `send` usually queues the record without waiting (the topic's metadata is
+    known, its batch has room), and a timer per send was the largest cost of the target's
+    own. So its first step runs bare, and only if it suspends does the rest run under
+    `asyncio.timeout`, which then covers every wait of the send.
+    """
+    steps = awaitable.__await__()
+    try:
+        waiting_on = steps.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    async with asyncio.timeout(timeout_s):
+        return await _Resumed(steps, waiting_on)
+
+
+class _Resumed(Generic[T]):
+    """The rest of a coroutine stepped by hand and suspended on `waiting_on`: awaiting it
+    hands `waiting_on` to the task, then runs the coroutine on as `yield from` would (the
+    task's wake-up is sent in, a cancellation thrown in)."""
+
+    def __init__(self, steps: Generator[Any, Any, T], waiting_on: Any) -> None:
+        self.steps = steps
+        self.waiting_on = waiting_on
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        steps, waiting_on = self.steps, self.waiting_on
+        while True:
+            try:
+                try:
+                    sent = yield waiting_on
+                except BaseException as exc:  # the timeout's (or the lane's) cancellation
+                    waiting_on = steps.throw(exc)
+                else:
+                    waiting_on = steps.send(sent)
+            except StopIteration as done:
+                result: T = done.value
+                return result
 
 
 class KafkaTarget:
@@ -174,10 +218,12 @@ class KafkaTarget:
         assert self.options is not None
         try:
             # the metadata and buffer wait is bounded like a connect: nothing has left yet
-            async with asyncio.timeout(self.options.connect_timeout_s):
-                delivery = await producer.send(
+            delivery = await bounded_if_it_waits(
+                producer.send(
                     record.topic, record.value, key=record.key, headers=list(record.headers)
-                )
+                ),
+                self.options.connect_timeout_s,
+            )
         except Exception as exc:
             self._after_failure(producer, classify(exc, Phase.ENQUEUE))
             raise SendFailed(Phase.ENQUEUE, exc) from exc

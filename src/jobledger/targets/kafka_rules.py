@@ -197,7 +197,8 @@ _ORJSON_OPTIONS = (
 #: then `.`, `e` or `E` (the two format some floats differently), and it writes NaN and
 #: infinities as `null` (the stdlib refuses them). A string merely containing these only
 #: costs the slower encoder.
-_STDLIB_DECIDES = re.compile(rb"[0-9][.eE]|null")
+_FLOAT = re.compile(rb"[0-9][.eE]")
+_NULL = b"null"
 
 
 def encode_value(payload: Any) -> bytes | None:
@@ -217,7 +218,9 @@ def encode_value(payload: Any) -> bytes | None:
         value = orjson.dumps(payload, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
         return _stdlib_json(payload)
-    return _stdlib_json(payload) if _STDLIB_DECIDES.search(value) else value
+    if _NULL in value or _FLOAT.search(value):
+        return _stdlib_json(payload)
+    return value
 
 
 def _stdlib_json(payload: Any) -> bytes:
