@@ -74,7 +74,7 @@ def test_random_floats_are_written_as_the_stdlib_writes_them() -> None:
 
 
 def test_non_string_keys_are_written_as_the_stdlib_writes_them() -> None:
-    payload = {1: "a", 2.5: "b", True: "c", None: "d"}
+    payload = {1: "a", 2.5: "b", False: "c", None: "d"}
     assert encode_value(payload) == stdlib(payload)
 
 
