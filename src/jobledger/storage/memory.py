@@ -14,7 +14,7 @@ import bisect
 import copy
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -354,7 +354,10 @@ def _position(event: Event) -> int:
     return event.position or 0
 
 
-def _positioned(event: Event, position: int) -> Event:
-    from dataclasses import replace
+#: every field of an event but its position, in order (a copy without `replace`'s
+#: per-call field introspection: one event per change is written on the lanes' path)
+_EVENT_FIELDS = tuple(f.name for f in fields(Event) if f.name != "position")
 
-    return replace(event, position=position)
+
+def _positioned(event: Event, position: int) -> Event:
+    return Event(**{name: getattr(event, name) for name in _EVENT_FIELDS}, position=position)
