@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import copy
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+import operator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -354,10 +355,13 @@ def _position(event: Event) -> int:
     return event.position or 0
 
 
-#: every field of an event but its position, in order (a copy without `replace`'s
-#: per-call field introspection: one event per change is written on the lanes' path)
-_EVENT_FIELDS = tuple(f.name for f in fields(Event) if f.name != "position")
+#: every field of an event but its position (the last), in order: a copy without
+#: `replace`'s per-call field introspection (one event per change on the lanes' path)
+_EVENT_FIELDS = tuple(f.name for f in fields(Event))
+assert _EVENT_FIELDS[-1] == "position"
+_EVENT_VALUES = operator.attrgetter(*_EVENT_FIELDS[:-1])
+_EVENT_FROM_VALUES: Callable[..., Event] = Event
 
 
 def _positioned(event: Event, position: int) -> Event:
-    return Event(**{name: getattr(event, name) for name in _EVENT_FIELDS}, position=position)
+    return _EVENT_FROM_VALUES(*_EVENT_VALUES(event), position)
