@@ -1,18 +1,24 @@
-"""The PostgreSQL enqueue statement: its positional rows read every column as the
-table's own type, and it keeps the guarantees of the generic write statement."""
+"""The PostgreSQL enqueue path: the statement's positional rows read every column as
+the table's own type, and both the statement and the COPY of large batches keep the
+guarantees of the generic write statement."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from jobledger.clock import FakeClock
 from jobledger.domain import jobs
-from jobledger.domain.jobs import NewJob, Stamp
+from jobledger.domain.events import Actor, verify_chain
+from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.statements import EVENT_TYPES, JOB_TYPES, OPENING_EVENT_FIELDS
+from jobledger.storage.postgres.store import COPY_FROM
 from jobledger.storage.rows import JOB_FIELDS
 from tests.factories.postgres import business_count, business_write, make_store
 
@@ -52,7 +58,7 @@ async def test_the_statement_reads_every_column_as_its_table_type(pg: PostgresSt
     }
 
 
-def opening(clock: FakeClock, n: int, dedupe: str) -> jobs.Change:
+def opening(clock: FakeClock, n: int, dedupe: str) -> Change:
     return jobs.enqueued(
         job_id=f"job-{n}", spec=NewJob("kafka:t", {"n": n}), code="kafka:t",
         lane=jobs.Lane.FAST, partition=n % 4, dedupe_key=dedupe, stamp=Stamp(clock.now()),
@@ -75,4 +81,110 @@ async def test_two_statements_of_one_transaction_keep_positions_growing(
     positions = [e.position or 0 for e in log]
     assert positions == sorted(positions) and len(set(positions)) == 4
     assert len({p >> 20 for p in positions}) == 1  # one transaction's range
+    assert await business_count(pg) == 1
+
+
+def batch(clock: FakeClock, tag: str, n: int = COPY_FROM, *, seen: str | None = None) -> list[Change]:
+    """`n` new jobs (enough for the COPY path); the middle one reuses dedupe key `seen`."""
+    out = []
+    for k in range(n):
+        dedupe = seen if seen is not None and k == n // 2 else f"{tag}-{k}"
+        spec = NewJob("kafka:t", {"k": k, "s": "tab\there ü"}, key=f"key-{k % 7}",
+                      headers={"h": "v"} if k % 2 else None)
+        out.append(jobs.enqueued(
+            job_id=f"{tag}-job-{k:04d}", spec=spec, code="kafka:t", lane=jobs.Lane.FAST,
+            partition=k % 4, dedupe_key=dedupe, stamp=Stamp(clock.now(), Actor(id="u", via="api")),
+        ))
+    return out
+
+
+async def test_a_large_batch_is_copied_with_every_field_the_domain_computed(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    changes = batch(clock, "a")
+    feed = pg.feed()
+    waiting = asyncio.ensure_future(anext(feed))
+    async with pg.transaction() as tx:
+        assert await pg.append_in(tx, changes) == [True] * len(changes)
+        await business_write(tx, "kept")
+    assert {j.id: j for j in await pg.all_jobs()} == {c.row.id: c.row for c in changes}
+    log = await pg.read_log(0, limit=1000)
+    assert [e.stream for e in log] == [c.stream for c in changes]
+    assert log == [c.events[0] for c in changes] and verify_chain(log) == []
+    assert await pg.seen_dedupe_keys(["a-0", f"a-{COPY_FROM - 1}"]) == {"a-0", f"a-{COPY_FROM - 1}"}
+    wake = await asyncio.wait_for(waiting, 10)
+    assert wake.partitions == frozenset(range(4)) and wake.lanes == frozenset({jobs.Lane.FAST})
+
+
+async def test_a_large_batch_with_a_seen_dedupe_key_drops_that_job_alone(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    async with pg.transaction() as tx:
+        await pg.append_in(tx, [opening(clock, 0, "taken")])
+    changes = batch(clock, "b", seen="taken")
+    async with pg.transaction() as tx:
+        flags = await pg.append_in(tx, changes)
+        await business_write(tx, "the transaction is not aborted")
+    assert flags == [k != COPY_FROM // 2 for k in range(COPY_FROM)]
+    assert len(await pg.all_jobs()) == COPY_FROM
+    positions = [e.position or 0 for e in await pg.read_log(0, limit=1000)]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert await business_count(pg) == 1
+
+
+async def test_a_rolled_back_large_batch_leaves_nothing(pg: PostgresStore, clock: FakeClock) -> None:
+    with pytest.raises(RuntimeError):
+        async with pg.transaction() as tx:
+            await pg.append_in(tx, batch(clock, "c"))
+            await business_write(tx, "gone too")
+            raise RuntimeError("rollback")
+    assert await pg.all_jobs() == [] and await pg.read_log(0, limit=10) == []
+    assert await business_count(pg) == 0
+
+
+async def test_a_large_batch_outside_a_transaction_block_is_one_statement(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+        assert await pg.append_in(conn, batch(clock, "d")) == [True] * COPY_FROM
+    assert len(await pg.all_jobs()) == COPY_FROM
+
+
+async def test_two_open_transactions_copying_one_dedupe_key_keep_one_and_abort_neither(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    conn_a = await psycopg.AsyncConnection.connect(pg.dsn)
+    conn_b = await psycopg.AsyncConnection.connect(pg.dsn)
+    try:
+        await conn_a.execute("SELECT 1")  # both inside a transaction block: the COPY path
+        await conn_b.execute("SELECT 1")
+        assert await pg.append_in(conn_a, batch(clock, "e", seen="race")) == [True] * COPY_FROM
+        # B's COPY waits on A's uncommitted key, then B writes its batch without it
+        b = asyncio.create_task(pg.append_in(conn_b, batch(clock, "f", seen="race")))
+        await asyncio.sleep(0.2)
+        assert not b.done()
+        await conn_a.commit()
+        flags = await asyncio.wait_for(b, 10)
+        assert flags == [k != COPY_FROM // 2 for k in range(COPY_FROM)]
+        await business_write(conn_b, "b's own row")
+        await conn_b.commit()
+    finally:
+        await conn_a.close()
+        await conn_b.close()
+    assert len(await pg.all_jobs()) == 2 * COPY_FROM - 1
+    assert await business_count(pg) == 1
+
+
+async def test_a_copy_that_fails_midway_leaves_nothing_and_the_transaction_usable(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    changes = batch(clock, "g")
+    last = changes[-1]
+    # a key PostgreSQL text cannot hold: the COPY fails after most rows were sent
+    bad = dataclasses.replace(last, row=dataclasses.replace(last.row, key="nul\x00key"))
+    async with pg.transaction() as tx:
+        with pytest.raises(psycopg.DataError):
+            await pg.append_in(tx, [*changes[:-1], bad])
+        await business_write(tx, "still usable")
+    assert await pg.all_jobs() == [] and await pg.read_log(0, limit=10) == []
     assert await business_count(pg) == 1

@@ -76,22 +76,29 @@ def opens_job(change: Change) -> bool:
 _JOB_VALUES = operator.attrgetter(*JOB_FIELDS)
 _ACTOR = JOB_FIELDS.index("actor")
 _HEADERS = JOB_FIELDS.index("headers")
+_JSON_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("payload", "headers", "actor"))
 
 
 def _actor(actor: Actor | None) -> dict[str, Any] | None:
     return actor.to_json() if actor else None
 
 
-def _opening(change: Change) -> list[Any]:
-    """One element of `rows`: the job row in `JOB_FIELDS` order, its order key, then
-    the event's `OPENING_EVENT_FIELDS` (the event's data travels in `data`)."""
-    job: Job = change.row
-    event = change.events[0]
+def _job_values(job: Job) -> list[Any]:
+    """The row in `JOB_FIELDS` order, then its order key as bytea hex input; actor and
+    headers as plain dicts."""
     row = list(_JOB_VALUES(job))
     row[_ACTOR] = _actor(job.actor)
     if job.headers is not None:
         row[_HEADERS] = dict(job.headers)
-    row.append("\\x" + job.order_key.encode().hex())  # bytea's hex input, no `default` call
+    row.append("\\x" + job.order_key.encode().hex())
+    return row
+
+
+def _opening(change: Change) -> list[Any]:
+    """One element of `rows`: `_job_values`, then the event's `OPENING_EVENT_FIELDS`
+    (the event's data travels in `data`)."""
+    event = change.events[0]
+    row = _job_values(change.row)
     row += (event.stream, event.version, event.type, event.at, _actor(event.actor),
             event.trace_id, event.prev_hash, event.hash, _dedupe_key(change, 0, event))
     return row
@@ -108,6 +115,32 @@ def opening_params(changes: Sequence[Change]) -> dict[str, str]:
         "rows": dumps([_opening(c) for c in changes]),
         "data": dumps([dict(c.events[0].data) for c in changes]),
     }
+
+
+def job_copy_row(change: Change) -> list[Any]:
+    """The row of `Statements.copy_jobs` for a change that passes `opens_job`."""
+    job: Job = change.row
+    row = _job_values(job)
+    for k in _JSON_FIELDS:
+        if row[k] is not None:
+            row[k] = dumps(row[k])
+    return row
+
+
+def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
+    """The row of `Statements.copy_events` for the event of a change that passes
+    `opens_job`, written at `position`."""
+    event = change.events[0]
+    actor = _actor(event.actor)
+    return (position, event.stream, event.version, event.type, dumps(dict(event.data)),
+            event.at, None if actor is None else dumps(actor), event.trace_id,
+            event.prev_hash, event.hash, _dedupe_key(change, 0, event))
+
+
+def wake_params(changes: Sequence[Change]) -> dict[str, list[Any]]:
+    """The parameters of `Statements.notify_jobs`: the new rows' partitions and lanes."""
+    rows: list[Job] = [c.row for c in changes]
+    return {"parts": [j.partition for j in rows], "lanes": [j.lane.value for j in rows]}
 
 
 def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:

@@ -83,6 +83,11 @@ class Statements:
     insert_new: str
     #: the enqueue path: every change opens a job stream with one event
     enqueue: str
+    #: the enqueue path for large batches: COPY the events and the rows (see store.py)
+    last_position: str
+    copy_events: str
+    copy_jobs: str
+    notify_jobs: str
     fast_pending_first: str
     fast_pending_after: str
     long_candidates: str
@@ -268,6 +273,13 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         apply_guarded=apply_sql(True),
         insert_new=apply_sql(False, new_only=True),
         enqueue=enqueue_sql(s, channel),
+        last_position=f"WITH {_base(s)} SELECT b FROM base",
+        copy_events=f"COPY {s}.events ({_EVENT_INSERT}) FROM STDIN",
+        copy_jobs=f"COPY {s}.jobs ({JOB_COLUMNS}, order_key) FROM STDIN",
+        notify_jobs="SELECT count(*) FROM ("
+        + _notify(channel, "x.part", "x.lane", "false",
+                  "unnest(%(parts)s::int[], %(lanes)s::text[]) AS x(part, lane)")
+        + ") n",
         fast_pending_first=f"SELECT {JOB_COLUMNS} {pending} {order}",
         fast_pending_after=f"SELECT {JOB_COLUMNS} {pending} AND order_key > %(after)s {order}",
         long_candidates=f"""
