@@ -41,6 +41,7 @@ def test_an_event_round_trips_through_its_dict() -> None:
 def test_a_job_round_trips_through_its_dict_and_its_row() -> None:
     job = _job()
     record = job_to_dict(job)
+    assert tuple(record) == (*JOB_FIELDS, "order_key")
     assert job_from_dict(record) == job
     assert job_from_row([record[name] for name in JOB_FIELDS]) == job
 

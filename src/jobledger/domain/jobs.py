@@ -24,7 +24,7 @@ rebuilt one cannot disagree. State machine (reference §6, closing G2 and G6)::
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -165,11 +165,21 @@ _LEAVES_QUEUE = frozenset(
 )
 
 
-def _evolve(job: Job, changes: dict[str, Any]) -> Job:
-    """`dataclasses.replace` without its per-call field introspection (the hot path)."""
-    values = {name: getattr(job, name) for name in _JOB_FIELD_NAMES}
-    values.update(changes)
-    return Job(**values)
+def _compile_evolve() -> Callable[[Job, dict[str, Any]], Job]:
+    """`dataclasses.replace` for `Job` without its per-call field introspection (every
+    transition folds through it): built once, as `dataclasses` builds `__init__`, it reads
+
+        def evolve(job, c):
+            return Job(c["id"] if "id" in c else job.id, c["code"] if "code" in c else ...)
+    """
+    args = ", ".join(f"c[{name!r}] if {name!r} in c else job.{name}" for name in _JOB_FIELD_NAMES)
+    namespace: dict[str, Any] = {"Job": Job}
+    exec(f"def evolve(job, c):\n    return Job({args})\n", namespace)
+    evolve: Callable[[Job, dict[str, Any]], Job] = namespace["evolve"]
+    return evolve
+
+
+_evolve = _compile_evolve()
 
 
 def _changes_for(job: Job, event: Event) -> dict[str, Any]:

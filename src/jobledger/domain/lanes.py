@@ -62,10 +62,21 @@ def _chains(rows: Sequence[Job]) -> list[list[Job]]:
     order their first row appears (the store's key order)."""
     groups: dict[tuple[str, str], list[Job]] = {}
     for row in rows:
-        groups.setdefault(chain_id(row), []).append(row)
-    for group in groups.values():
-        group.sort(key=lambda j: (j.version, j.id))
-    return list(groups.values())
+        key = chain_id(row)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [row]
+        else:
+            group.append(row)
+    chains = list(groups.values())
+    for group in chains:
+        if len(group) > 1:
+            group.sort(key=_version_order)
+    return chains
+
+
+def _version_order(job: Job) -> tuple[int, str]:
+    return (job.version, job.id)
 
 
 def plan_batch(

@@ -21,10 +21,12 @@ from jobledger.storage.port import LeaseGuard, Store
 
 
 @dataclass(slots=True)
-class _Item:
-    change: Change
-    guarded: bool
-    future: asyncio.Future[bool]
+class _Call:
+    """One `commit` call waiting for the writer: its changes share one future."""
+
+    changes: Sequence[Change]
+    guarded: Sequence[bool]
+    future: asyncio.Future[list[bool]]
 
 
 class GroupCommitter:
@@ -32,7 +34,7 @@ class GroupCommitter:
         self._store = store
         self._clock = clock
         self._pod = pod
-        self._pending: list[_Item] = []
+        self._pending: list[_Call] = []
         self._writer: asyncio.Task[None] | None = None
         self.commits = 0  # transactions written (for the benches)
 
@@ -40,12 +42,13 @@ class GroupCommitter:
         """Apply `changes` (lease-guarded where `guarded`); which were applied."""
         if not changes:
             return []
-        loop = asyncio.get_running_loop()
-        items = [_Item(c, g, loop.create_future()) for c, g in zip(changes, guarded, strict=True)]
-        self._pending.extend(items)
+        if len(changes) != len(guarded):
+            raise ValueError("commit: one guarded flag per change")
+        call = _Call(changes, guarded, asyncio.get_running_loop().create_future())
+        self._pending.append(call)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_all(), name="jobledger-commit")
-        return [await item.future for item in items]
+        return await call.future
 
     async def close(self) -> None:
         if self._writer is not None:
@@ -54,28 +57,32 @@ class GroupCommitter:
 
     async def _write_all(self) -> None:
         while self._pending:
-            batch, self._pending = self._pending, []
+            calls, self._pending = self._pending, []
+            changes = [change for call in calls for change in call.changes]
+            guarded = [flag for call in calls for flag in call.guarded]
             try:
-                flags = await self._write(batch)
+                flags = await self._write(changes, guarded)
             except Exception as exc:
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
+                for call in calls:
+                    if not call.future.done():
+                        call.future.set_exception(exc)
                 continue
-            for item, ok in zip(batch, flags, strict=True):
-                if not item.future.done():
-                    item.future.set_result(ok)
+            start = 0
+            for call in calls:
+                end = start + len(call.changes)
+                if not call.future.done():
+                    call.future.set_result(flags[start:end])
+                start = end
 
-    async def _write(self, batch: list[_Item]) -> list[bool]:
-        changes = [item.change for item in batch]
-        if not any(item.guarded for item in batch):
+    async def _write(self, changes: list[Change], guarded: list[bool]) -> list[bool]:
+        if not any(guarded):
             self.commits += 1
             return await self._store.apply(changes)
         guard = LeaseGuard(self._pod, self._clock.now())
         self.commits += 1
         flags = await self._store.apply(changes, guard=guard)
-        retry = [i for i, (item, ok) in enumerate(zip(batch, flags, strict=True))
-                 if not ok and not item.guarded]
+        retry = [i for i, (g, ok) in enumerate(zip(guarded, flags, strict=True))
+                 if not ok and not g]
         if retry:
             self.commits += 1
             again = await self._store.apply([changes[i] for i in retry])

@@ -103,6 +103,7 @@ class PartitionWorker:
         self.task: asyncio.Task[None] | None = None
         # pass state
         self._buffer: list[Job] = []
+        self._targets: set[str] = set()  # the targets of the buffered rows (a superset)
         self._page: list[Job] = []
         self._after: str | None = None
         self._page_start: str | None = None
@@ -186,6 +187,7 @@ class PartitionWorker:
 
     def _reset_pass(self) -> None:
         self._buffer = []
+        self._targets = set()
         self._page = []
         self._after = None
         self._page_start = None
@@ -229,6 +231,7 @@ class PartitionWorker:
                 self._page_full = len(page) >= lane.settings.fast_batch
                 self._page = page
                 self._buffer = list(page)
+                self._targets = {job.target for job in page}
                 self._need_read = False
             plan = self._plan()
             if plan.size:
@@ -243,11 +246,10 @@ class PartitionWorker:
     def _plan(self) -> BatchPlan:
         lane = self.lane
         views: dict[str, TargetView] = {}
-        for job in self._buffer:
-            if job.target not in views:
-                view = lane.view(job.target)
-                if view is not None:
-                    views[job.target] = view
+        for name in self._targets:  # the page's targets: rows that left only add a view
+            view = lane.view(name)
+            if view is not None:
+                views[name] = view
         now = lane.clock.now()
         plan: BatchPlan | None = None
         if len(self._buffer) > _PREFIX and all(
@@ -325,6 +327,7 @@ class PartitionWorker:
             self._drop(risky)  # closed or changed by someone else: never send it
             if current is not None and current.status == JobStatus.PENDING:
                 self._buffer.append(current)
+                self._targets.add(current.target)
                 self._buffer.sort(key=lambda j: (j.order_key, j.version, j.id))
         return None
 
@@ -386,18 +389,28 @@ class PartitionWorker:
                 self._carried = (next_plan, marked)
 
     def _replace(self, old: Job, new: Job) -> None:
-        for i, job in enumerate(self._buffer):
-            if job.id == old.id:
-                self._buffer[i] = new
-                return
-
-    def _update(self, replaced: dict[str, Job], dropped: set[str]) -> None:
-        """One pass over the buffer: rows that changed, rows that left."""
-        if replaced or dropped:
-            self._buffer = [replaced.get(j.id, j) for j in self._buffer if j.id not in dropped]
+        self._update({old.id: new}, set())
 
     def _drop(self, old: Job) -> None:
-        self._buffer = [j for j in self._buffer if j.id != old.id]
+        self._update({}, {old.id})
+
+    def _update(self, replaced: dict[str, Job], dropped: set[str]) -> None:
+        """Rows that changed, rows that left, in one pass over the buffer that stops once
+        all were found (an at-most-once round touches one row, usually near the front)."""
+        left = len(replaced) + len(dropped)
+        buffer = self._buffer
+        i = 0
+        while left and i < len(buffer):
+            job_id = buffer[i].id
+            if job_id in dropped:
+                del buffer[i]
+                left -= 1
+                continue
+            new = replaced.get(job_id)
+            if new is not None:
+                buffer[i] = new
+                left -= 1
+            i += 1
 
 
 class FastLane:
