@@ -20,10 +20,12 @@ counter of rows run, then waits until the store has no row due (every outcome wr
 No observer is registered (one would make the outcome path build a record per job).
 
 Both Kafka topics are read back afterwards to check every key's versions arrived in
-order. Prints records/s, the engine/raw ratio (goal for at-least-once: >= 0.30) and, with
-several rounds, the median of each. `--store postgres` uses a fresh schema per run on
-PG_DSN, dropped afterwards. `--profile kafka|noop` runs that engine path under cProfile
-(slower; for finding costs, not for figures). Performance lives here, never in tests.
+order. Prints records/s and this process's CPU µs/record of each path, the engine/raw
+ratio (goal for at-least-once: >= 0.30) by wall clock and by CPU per record (the steadier
+figure on a shared machine) and, with several rounds, the medians. `--store postgres`
+uses a fresh schema per run on PG_DSN, dropped afterwards. `--profile kafka|noop` runs
+that engine path under cProfile (slower; for finding costs, not for figures).
+Performance lives here, never in tests.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -211,46 +214,80 @@ async def check_order(bootstrap: str, topic: str, expected: int) -> str:
     )
 
 
+@dataclass
+class Figures:
+    """One round's figures per path (raw, kafka, noop): records/s and CPU µs/record."""
+
+    rate: dict[str, float] = field(default_factory=dict)
+    cpu_us: dict[str, float] = field(default_factory=dict)
+
+    def ratios(self) -> dict[str, float]:
+        """engine/raw, no-op/raw, kafka/no-op by wall-clock rate, and engine/raw by this
+        process's CPU per record (what the ratio would be with a CPU to itself: the
+        figure to compare when other work shares the machine)."""
+        rate, cpu = self.rate, self.cpu_us
+        return {
+            "engine/raw": rate["kafka"] / rate["raw"],
+            "no-op/raw": rate["noop"] / rate["raw"],
+            "kafka/no-op": rate["kafka"] / rate["noop"],
+            "engine/raw by CPU": cpu["raw"] / cpu["kafka"],
+            "no-op/raw by CPU": cpu["raw"] / cpu["noop"],
+        }
+
+
 async def one_round(
     args: argparse.Namespace, broker: Tansu, tmp: Path, n: int, work: list[tuple[str, int]],
     profile: cProfile.Profile | None,
-) -> dict[str, float]:
-    """raw, engine + Kafka, no-op engine: their rates, printed as they come."""
+) -> Figures:
+    """raw, engine + Kafka, no-op engine: their figures, printed as they come."""
     raw_topic, engine_topic = f"bench.raw.{n}", f"bench.engine.{n}"
     for topic in (raw_topic, engine_topic):
         await create_topic(broker.bootstrap, topic, args.partitions)
-    rates: dict[str, float] = {}
+    got = Figures()
     raw_s, raw_cpu = await raw(broker.bootstrap, raw_topic, work)
-    rates["raw"] = len(work) / raw_s
-    print(f"  raw aiokafka, batched  {rates['raw']:10,.0f} records/s  ({raw_s:.2f} s,"
-          f" {cpu_per_job(raw_cpu, work)})")
+    record(got, "raw", raw_s, raw_cpu, work)
+    print(f"  raw aiokafka, batched  {got.rate['raw']:10,.0f} records/s  ({raw_s:.2f} s,"
+          f" {got.cpu_us['raw']:.0f} µs CPU/record here)")
     for path, bootstrap in (("kafka", broker.bootstrap), ("noop", None)):
         topic = engine_topic if bootstrap else f"bench.noop.{n}"
         elapsed, cpu, left = await engine_run(
             args.store, tmp / f"{path}{n}", bootstrap, topic, args.mode, work,
             profile if args.profile == path else None,
         )
-        rates[path] = len(work) / elapsed
+        record(got, path, elapsed, cpu, work)
         label = "engine kafka target   " if bootstrap else "engine no-op target   "
-        print(f"  {label} {rates[path]:10,.0f} jobs/s     ({elapsed:.2f} s,"
-              f" {cpu_per_job(cpu, work)})"
+        print(f"  {label} {got.rate[path]:10,.0f} jobs/s     ({elapsed:.2f} s,"
+              f" {got.cpu_us[path]:.0f} µs CPU/record here)"
               + (f"  LEFT IN THE QUEUE: {left}" if left else ""))
-    print_ratios(rates)
+    print_ratios(got.ratios())
     print(f"  raw:    {await check_order(broker.bootstrap, raw_topic, len(work))}")
     print(f"  engine: {await check_order(broker.bootstrap, engine_topic, len(work))}")
-    return rates
+    return got
 
 
-def cpu_per_job(cpu_s: float, work: list[tuple[str, int]]) -> str:
-    """This process's CPU time per record (the broker's is not in it): close to the wall
+def record(got: Figures, path: str, wall_s: float, cpu_s: float,
+           work: list[tuple[str, int]]) -> None:
+    """This process's CPU time is per record and excludes the broker's: close to the wall
     time per record when the Python side is the bottleneck."""
-    return f"{cpu_s / len(work) * 1e6:.0f} µs CPU/record here"
+    got.rate[path] = len(work) / wall_s
+    got.cpu_us[path] = cpu_s / len(work) * 1e6
 
 
-def print_ratios(rates: dict[str, float], prefix: str = "") -> None:
-    print(f"  {prefix}ratio engine/raw = {rates['kafka'] / rates['raw']:.3f}"
-          f"   (no-op engine/raw = {rates['noop'] / rates['raw']:.3f},"
-          f" kafka/no-op engine = {rates['kafka'] / rates['noop']:.3f})")
+def print_ratios(ratios: dict[str, float], prefix: str = "") -> None:
+    print(f"  {prefix}ratio " + ", ".join(f"{name} = {value:.3f}"
+                                          for name, value in ratios.items()))
+
+
+def print_medians(rounds: list[Figures]) -> None:
+    """Medians of the rounds' figures, and of each round's own ratios (a round's paths
+    ran minutes apart at most, so its ratios see the same machine load)."""
+    rate = {p: statistics.median(r.rate[p] for r in rounds) for p in PATHS}
+    cpu = {p: statistics.median(r.cpu_us[p] for r in rounds) for p in PATHS}
+    print(f"median of {len(rounds)}: " + ", ".join(
+        f"{p} {rate[p]:,.0f}/s {cpu[p]:.0f} µs CPU" for p in PATHS))
+    per_round = [r.ratios() for r in rounds]
+    print_ratios({name: statistics.median(r[name] for r in per_round)
+                  for name in per_round[0]}, "median ")
 
 
 async def main(argv: list[str]) -> int:
@@ -277,10 +314,7 @@ async def main(argv: list[str]) -> int:
                     print(f"round {n + 1}")
                 rounds.append(await one_round(args, broker, Path(tmp), n, work, profile))
     if len(rounds) > 1:
-        medians = {p: statistics.median(r[p] for r in rounds) for p in PATHS}
-        print(f"median of {len(rounds)}: raw {medians['raw']:,.0f}, engine kafka"
-              f" {medians['kafka']:,.0f}, no-op engine {medians['noop']:,.0f}")
-        print_ratios(medians, "median ")
+        print_medians(rounds)
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
     return 0

@@ -75,3 +75,20 @@ async def test_an_outside_cancellation_stays_a_cancellation() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_closing_a_suspended_send_closes_the_coroutine_it_runs() -> None:
+    closed = []
+
+    async def stuck() -> None:
+        try:
+            await asyncio.sleep(0)
+            await asyncio.Event().wait()
+        finally:
+            closed.append(True)
+
+    outer = bounded_if_it_waits(stuck(), 5.0)
+    outer.send(None)  # the first step suspends at sleep(0)
+    outer.send(None)  # the timed part starts, suspended on the event
+    outer.close()
+    assert closed == [True]

@@ -136,6 +136,9 @@ class _Resumed(Generic[T]):
             try:
                 try:
                     sent = yield waiting_on
+                except GeneratorExit:  # closed while suspended: close the coroutine too
+                    steps.close()
+                    raise
                 except BaseException as exc:  # the timeout's (or the lane's) cancellation
                     waiting_on = steps.throw(exc)
                 else:
