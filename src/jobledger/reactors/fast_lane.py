@@ -57,8 +57,8 @@ logger = logging.getLogger("jobledger.fast_lane")
 
 T = TypeVar("T")
 
-#: rows an at-most-once round plans on before it looks at the whole buffer
-_PREFIX = 16
+#: prefixes of the buffer an at-most-once round plans on before the whole buffer
+_PREFIXES = (4, 32)
 
 
 @dataclass(slots=True)
@@ -252,17 +252,19 @@ class PartitionWorker:
                 views[name] = view
         now = lane.clock.now()
         plan: BatchPlan | None = None
-        if len(self._buffer) > _PREFIX and all(
-            v.mode == DeliveryMode.AT_MOST_ONCE for v in views.values()
-        ):
+        if all(v.mode == DeliveryMode.AT_MOST_ONCE for v in views.values()):
             # Only at-most-once rows: a round takes the first runnable row, so plan on a
             # prefix of the (key, version)-sorted buffer first — every earlier version of
             # a row's key is in it. Planning the whole buffer each round was O(rows²) per
-            # page. Nothing runnable in the prefix: plan the whole buffer.
-            head = plan_batch(self._buffer[:_PREFIX], now, views)
-            if head.size:
-                plan = BatchPlan(head.chains, head.risky, head.probes, True, head.wake_at,
-                                 head.paused_seen)
+            # page. Nothing runnable in the prefixes: plan the whole buffer.
+            for size in _PREFIXES:
+                if len(self._buffer) <= size:
+                    break
+                head = plan_batch(self._buffer[:size], now, views)
+                if head.size:
+                    plan = BatchPlan(head.chains, head.risky, head.probes, True,
+                                     head.wake_at, head.paused_seen)
+                    break
         if plan is None:
             plan = plan_batch(self._buffer, now, views)
         if plan.wake_at is not None and (self._wake_at is None or plan.wake_at < self._wake_at):
