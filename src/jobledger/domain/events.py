@@ -155,6 +155,23 @@ def _orjson_writes_the_same(value: Any) -> bool:
     return False
 
 
+#: each actor's JSON form in a hash and whether orjson writes it canonically (actors are
+#: immutable and few: the system actor signs most events)
+_HASHED_ACTORS: dict[Actor, tuple[dict[str, Any], bool]] = {}
+
+
+def _hashed_actor(actor: Actor | None) -> tuple[dict[str, Any] | None, bool]:
+    if actor is None:
+        return None, True
+    found = _HASHED_ACTORS.get(actor)
+    if found is None:
+        form = actor.to_json()
+        found = (form, _orjson_writes_the_same(form))
+        if len(_HASHED_ACTORS) < 4096:
+            _HASHED_ACTORS[actor] = found
+    return found
+
+
 def event_hash(
     *,
     stream: str,
@@ -166,7 +183,7 @@ def event_hash(
     trace_id: str | None,
     prev_hash: str,
 ) -> str:
-    actor_json = actor.to_json() if actor else None
+    actor_json, plain_actor = _hashed_actor(actor)
     envelope = {
         "stream": stream,
         "version": version,
@@ -177,8 +194,9 @@ def event_hash(
         "trace_id": trace_id,
         "prev": prev_hash,
     }
-    # canonical_bytes(envelope), checking only the parts that are not plain text by type
-    fast = _orjson_writes_the_same(data) and _orjson_writes_the_same(actor_json)
+    # orjson where that is the canonical text: only `data` and the actor are not plain
+    # text (or a version number) by their type
+    fast = plain_actor and _orjson_writes_the_same(data)
     try:
         body = orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS) if fast else b""
     except orjson.JSONEncodeError:  # lone surrogates: fail as the standard encoder does
