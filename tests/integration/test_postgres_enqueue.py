@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -17,7 +18,12 @@ from jobledger.domain import jobs
 from jobledger.domain.events import Actor, verify_chain
 from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.storage.postgres import PostgresStore
-from jobledger.storage.postgres.statements import EVENT_TYPES, JOB_TYPES, OPENING_EVENT_FIELDS
+from jobledger.storage.postgres.statements import (
+    EVENT_COLUMNS,
+    EVENT_TYPES,
+    JOB_TYPES,
+    OPENING_EVENT_FIELDS,
+)
 from jobledger.storage.postgres.store import COPY_FROM
 from jobledger.storage.rows import JOB_FIELDS
 from tests.factories.postgres import business_count, business_write, make_store
@@ -43,7 +49,7 @@ async def column_types(pg: PostgresStore, table: str) -> dict[str, str]:
     return {r["attname"]: r["type"] for r in rows}
 
 
-async def test_the_statement_reads_every_column_as_its_table_type(pg: PostgresStore) -> None:
+async def test_the_statement_and_the_copy_write_every_column_as_its_table_type(pg: PostgresStore) -> None:
     def expected(types: dict[str, str], column: str) -> str:
         sql_type = types.get(column, "text")
         return _TYPE_NAMES.get(sql_type, sql_type)
@@ -53,9 +59,11 @@ async def test_the_statement_reads_every_column_as_its_table_type(pg: PostgresSt
         c: expected(JOB_TYPES, c) for c in (*JOB_FIELDS, "order_key")
     }
     event_types = await column_types(pg, "events")
-    assert {c: event_types[c] for c in OPENING_EVENT_FIELDS} == {
-        c: expected(EVENT_TYPES, c) for c in OPENING_EVENT_FIELDS
+    event_cols = (*EVENT_COLUMNS.split(", "), "dedupe_key")
+    assert {c: event_types[c] for c in event_cols} == {
+        c: expected(EVENT_TYPES, c) for c in event_cols
     }
+    assert set(OPENING_EVENT_FIELDS) < set(event_cols)
 
 
 def opening(clock: FakeClock, n: int, dedupe: str) -> Change:
@@ -89,8 +97,10 @@ def batch(clock: FakeClock, tag: str, n: int = COPY_FROM, *, seen: str | None = 
     out = []
     for k in range(n):
         dedupe = seen if seen is not None and k == n // 2 else f"{tag}-{k}"
-        spec = NewJob("kafka:t", {"k": k, "s": "tab\there ü"}, key=f"key-{k % 7}",
-                      headers={"h": "v"} if k % 2 else None)
+        spec = NewJob("kafka:t", None if k % 11 == 0 else {"k": k, "s": "tab\there ü"},
+                      key=None if k % 5 == 0 else f"key-{k % 7}",
+                      headers={"h": "v"} if k % 2 else None,
+                      run_at=clock.now() + timedelta(seconds=k) if k % 3 == 0 else None)
         out.append(jobs.enqueued(
             job_id=f"{tag}-job-{k:04d}", spec=spec, code="kafka:t", lane=jobs.Lane.FAST,
             partition=k % 4, dedupe_key=dedupe, stamp=Stamp(clock.now(), Actor(id="u", via="api")),

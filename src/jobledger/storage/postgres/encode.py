@@ -37,8 +37,8 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} as JSON")
 
 
-def dumps(value: Any) -> str:
-    """Compact JSON text for a statement parameter.
+def json_bytes(value: Any) -> bytes:
+    """Compact JSON, UTF-8 encoded.
 
     orjson first (the lanes encode every outcome batch through here); the standard
     library for what orjson refuses — integers past 64 bits, non-string keys — so the
@@ -46,9 +46,15 @@ def dumps(value: Any) -> str:
     finite never gets this far (payloads are checked when they enter the engine).
     """
     try:
-        return orjson.dumps(value, default=_default).decode()
+        return orjson.dumps(value, default=_default)
     except orjson.JSONEncodeError:
-        return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+        return text.encode()
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text for a statement parameter (see `json_bytes`)."""
+    return json_bytes(value).decode()
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -76,6 +82,8 @@ def opens_job(change: Change) -> bool:
 _JOB_VALUES = operator.attrgetter(*JOB_FIELDS)
 _ACTOR = JOB_FIELDS.index("actor")
 _HEADERS = JOB_FIELDS.index("headers")
+_LANE = JOB_FIELDS.index("lane")
+_STATUS = JOB_FIELDS.index("status")
 _JSON_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("payload", "headers", "actor"))
 
 
@@ -84,21 +92,21 @@ def _actor(actor: Actor | None) -> dict[str, Any] | None:
 
 
 def _job_values(job: Job) -> list[Any]:
-    """The row in `JOB_FIELDS` order, then its order key as bytea hex input; actor and
-    headers as plain dicts."""
+    """The row in `JOB_FIELDS` order; actor and headers as plain dicts."""
     row = list(_JOB_VALUES(job))
     row[_ACTOR] = _actor(job.actor)
     if job.headers is not None:
         row[_HEADERS] = dict(job.headers)
-    row.append("\\x" + job.order_key.encode().hex())
     return row
 
 
 def _opening(change: Change) -> list[Any]:
-    """One element of `rows`: `_job_values`, then the event's `OPENING_EVENT_FIELDS`
-    (the event's data travels in `data`)."""
+    """One element of `rows`: `_job_values`, the order key as bytea hex input, then the
+    event's `OPENING_EVENT_FIELDS` (the event's data travels in `data`)."""
+    job: Job = change.row
     event = change.events[0]
-    row = _job_values(change.row)
+    row = _job_values(job)
+    row.append("\\x" + job.order_key.encode().hex())
     row += (event.stream, event.version, event.type, event.at, _actor(event.actor),
             event.trace_id, event.prev_hash, event.hash, _dedupe_key(change, 0, event))
     return row
@@ -117,23 +125,34 @@ def opening_params(changes: Sequence[Change]) -> dict[str, str]:
     }
 
 
+#: jsonb's binary input: a format version byte, then the JSON text
+_JSONB = b"\x01"
+
+
+def _jsonb(value: Any) -> bytes | None:
+    return None if value is None else _JSONB + json_bytes(value)
+
+
 def job_copy_row(change: Change) -> list[Any]:
-    """The row of `Statements.copy_jobs` for a change that passes `opens_job`."""
+    """The row of `Statements.copy_jobs` (binary COPY, `copy_job_types`) for a change
+    that passes `opens_job`: enums as their values, JSON columns pre-encoded."""
     job: Job = change.row
     row = _job_values(job)
+    row[_LANE], row[_STATUS] = job.lane.value, job.status.value
     for k in _JSON_FIELDS:
-        if row[k] is not None:
-            row[k] = dumps(row[k])
+        row[k] = _jsonb(row[k])
+    row.append(job.order_key.encode())
     return row
 
 
 def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
-    """The row of `Statements.copy_events` for the event of a change that passes
-    `opens_job`, written at `position`."""
+    """The row of `Statements.copy_events` (binary COPY, `copy_event_types`) for the
+    event of a change that passes `opens_job`, written at `position`; `json` columns
+    as their text (json's binary input)."""
     event = change.events[0]
     actor = _actor(event.actor)
-    return (position, event.stream, event.version, event.type, dumps(dict(event.data)),
-            event.at, None if actor is None else dumps(actor), event.trace_id,
+    return (position, event.stream, event.version, event.type, json_bytes(dict(event.data)),
+            event.at, None if actor is None else json_bytes(actor), event.trace_id,
             event.prev_hash, event.hash, _dedupe_key(change, 0, event))
 
 

@@ -34,8 +34,24 @@ JOB_TYPES = {
     "stream_version": "integer", "headers": "jsonb", "actor": "jsonb",
     "lease_until": "timestamptz", "closed_at": "timestamptz", "order_key": "bytea",
 }
-#: likewise for the `events` columns the enqueue statement reads from its rows
-EVENT_TYPES = {"version": "integer", "at": "timestamptz", "actor": "json"}
+#: likewise for the `events` columns
+EVENT_TYPES = {
+    "position": "bigint", "version": "integer", "data": "json", "at": "timestamptz",
+    "actor": "json",
+}
+#: the type psycopg dumps a binary COPY value of a column of each SQL type as; json and
+#: jsonb values arrive pre-encoded in their binary input form (`encode.job_copy_row`)
+_COPY_DUMPERS = {
+    "integer": "int4", "bigint": "int8", "timestamptz": "timestamptz", "bytea": "bytea",
+    "json": "bytea", "jsonb": "bytea",
+}
+
+
+def copy_types(columns: str, types: dict[str, str]) -> tuple[str, ...]:
+    """The `Copy.set_types` list of a binary COPY of `columns` (text unless in `types`)."""
+    return tuple(
+        _COPY_DUMPERS[types[c]] if c in types else "text" for c in columns.split(", ")
+    )
 
 
 #: the compare-and-set updates and deletes of streams that already exist
@@ -86,7 +102,9 @@ class Statements:
     #: the enqueue path for large batches: COPY the events and the rows (see store.py)
     last_position: str
     copy_events: str
+    copy_event_types: tuple[str, ...]
     copy_jobs: str
+    copy_job_types: tuple[str, ...]
     notify_jobs: str
     fast_pending_first: str
     fast_pending_after: str
@@ -274,8 +292,10 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         insert_new=apply_sql(False, new_only=True),
         enqueue=enqueue_sql(s, channel),
         last_position=f"WITH {_base(s)} SELECT b FROM base",
-        copy_events=f"COPY {s}.events ({_EVENT_INSERT}) FROM STDIN",
-        copy_jobs=f"COPY {s}.jobs ({JOB_COLUMNS}, order_key) FROM STDIN",
+        copy_events=f"COPY {s}.events ({_EVENT_INSERT}) FROM STDIN (FORMAT binary)",
+        copy_event_types=copy_types(_EVENT_INSERT, EVENT_TYPES),
+        copy_jobs=f"COPY {s}.jobs ({JOB_COLUMNS}, order_key) FROM STDIN (FORMAT binary)",
+        copy_job_types=copy_types(f"{JOB_COLUMNS}, order_key", JOB_TYPES),
         notify_jobs="SELECT count(*) FROM ("
         + _notify(channel, "x.part", "x.lane", "false",
                   "unnest(%(parts)s::int[], %(lanes)s::text[]) AS x(part, lane)")

@@ -51,8 +51,8 @@ Conn = psycopg.AsyncConnection[Any]
 MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
 
 #: from this many new jobs in one call inside a transaction, they are COPYed: measured
-#: ~5-20% faster end to end at 1,000, even at 500, slower at 300 (docs/postgres.md)
-COPY_FROM = 500
+#: faster from ~300 (~15-20% at 1,000), even at 200, slower at 100 (docs/postgres.md)
+COPY_FROM = 300
 
 
 def _can_copy(conn: Conn) -> bool:
@@ -243,9 +243,11 @@ class PostgresStore(Store):
         found = await cur.fetchone()
         assert found is not None
         async with cur.copy(self.sql.copy_events) as copy:
+            copy.set_types(self.sql.copy_event_types)
             for position, change in enumerate(changes, start=int(found[0]) + 1):
                 await copy.write_row(encode.event_copy_row(change, position))
         async with cur.copy(self.sql.copy_jobs) as copy:
+            copy.set_types(self.sql.copy_job_types)
             for change in changes:
                 await copy.write_row(encode.job_copy_row(change))
 
