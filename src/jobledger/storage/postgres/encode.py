@@ -157,9 +157,12 @@ def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
 
 
 def wake_params(changes: Sequence[Change]) -> dict[str, list[Any]]:
-    """The parameters of `Statements.notify_jobs`: the new rows' partitions and lanes."""
+    """The parameters of `Statements.notify_jobs`: the new rows' partitions and lanes,
+    each once (the statement unnests them side by side and skips the NULLs that pad
+    the shorter array)."""
     rows: list[Job] = [c.row for c in changes]
-    return {"parts": [j.partition for j in rows], "lanes": [j.lane.value for j in rows]}
+    return {"parts": sorted({j.partition for j in rows}),
+            "lanes": sorted({j.lane.value for j in rows})}
 
 
 def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
