@@ -4,7 +4,8 @@ The write path is one statement per call (`apply_sql`): data-modifying CTEs do t
 compare-and-set updates, the deletes, the new streams' inserts (`ON CONFLICT DO NOTHING`
 on the log's unique indexes: a lost race or a seen dedupe key drops that change alone
 and never aborts the transaction), the winners' events, and the `pg_notify` — so a
-fast-lane outcome batch of hundreds of rows is a single round trip.
+fast-lane outcome batch of hundreds of rows is a single round trip. Enqueues have a
+smaller statement of their own (`enqueue_sql`) and, for large batches, COPY texts.
 """
 
 from __future__ import annotations

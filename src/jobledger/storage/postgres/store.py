@@ -3,7 +3,8 @@
 The decisions are the domain's; this adapter only stores them. Each write call is one
 set-based statement (see `statements.py`), run in autocommit — a single statement is
 its own transaction — unless the call needs several statements or savepoints, when it
-opens an explicit transaction. See docs/postgres.md.
+opens an explicit transaction. A large enqueue batch inside a transaction is COPYed in
+a savepoint instead (`_copy`). See docs/postgres.md.
 """
 
 from __future__ import annotations
@@ -197,12 +198,7 @@ class PostgresStore(Store):
         if sum(len(c.events) for _, c in items) > MAX_EVENTS_PER_STATEMENT:
             raise ValueError(f"more than {MAX_EVENTS_PER_STATEMENT} events in one call")
         if guard is None and all(encode.opens_job(c) for _, c in items):
-            # the enqueue path: COPY for a large batch, else a smaller statement
-            changes = [c for _, c in items]
-            if len(changes) >= COPY_FROM and _can_copy(conn) and await self._copy(conn, changes):
-                return [i for i, _ in items]
-            opening = encode.opening_params(changes)
-            return [items[k][0] for k in await self._winners(conn, self.sql.enqueue, opening)]
+            return await self._enqueue(conn, items)
         params: dict[str, Any] = encode.encode(items)
         sql = self.sql.apply
         if guard is None and all(c.is_new for _, c in items):
@@ -211,6 +207,15 @@ class PostgresStore(Store):
             sql = self.sql.apply_guarded
             params["pod"], params["now"] = guard.pod, guard.now
         return await self._winners(conn, sql, params)
+
+    async def _enqueue(self, conn: Conn, items: list[tuple[int, Change]]) -> list[int]:
+        """The enqueue path (new job streams of one event each): a large batch inside a
+        transaction block is COPYed, anything else goes through the enqueue statement."""
+        changes = [c for _, c in items]
+        if len(changes) >= COPY_FROM and _can_copy(conn) and await self._copy(conn, changes):
+            return [i for i, _ in items]
+        opening = encode.opening_params(changes)
+        return [items[k][0] for k in await self._winners(conn, self.sql.enqueue, opening)]
 
     async def _copy(self, conn: Conn, changes: list[Change]) -> bool:
         """COPY new jobs and their events inside a savepoint, then the wake-up.
