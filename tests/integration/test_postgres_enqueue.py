@@ -198,3 +198,16 @@ async def test_a_copy_that_fails_midway_leaves_nothing_and_the_transaction_usabl
         await business_write(tx, "still usable")
     assert await pg.all_jobs() == [] and await pg.read_log(0, limit=10) == []
     assert await business_count(pg) == 1
+
+
+async def test_a_large_batch_on_a_latin1_connection_keeps_its_text(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    changes = batch(clock, "h")
+    dsn = f"{pg.dsn} options='-c client_encoding=LATIN1'"
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await conn.execute("SELECT 1")  # inside a transaction block
+        assert await pg.append_in(conn, changes) == [True] * len(changes)
+        await conn.commit()
+    assert {j.id: j for j in await pg.all_jobs()} == {c.row.id: c.row for c in changes}
+    assert await pg.read_log(0, limit=1000) == [c.events[0] for c in changes]

@@ -57,10 +57,12 @@ COPY_FROM = 300
 
 
 def _can_copy(conn: Conn) -> bool:
-    """COPY needs a savepoint, so a transaction block, and a connection not in pipeline mode."""
+    """COPY needs a savepoint, so a transaction block, a connection not in pipeline mode,
+    and UTF-8 as the client encoding (the JSON values go pre-encoded in UTF-8)."""
     return (
         conn.info.transaction_status == pq.TransactionStatus.INTRANS
         and conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+        and conn.info.encoding == "utf-8"
     )
 
 
