@@ -312,6 +312,13 @@ SPECS: tuple[Spec, ...] = (
         "off: this pod only enqueues (no lanes, tick, lossy consumer).",
         aliases=("JOBS_WORKERS",),
     ),
+    Spec(
+        "gc_freeze",
+        _bool,
+        None,
+        "on: a started worker moves the objects it booted with out of the garbage"
+        " collector's scans (gc.freeze) until it stops.",
+    ),
     Spec("max_payload_bytes", _int, _at_least(1), "Largest JSON payload accepted at enqueue."),
     Spec("dead_retention_days", _float, _positive, "DEAD rows expire after (days)."),
     Spec(

@@ -28,6 +28,7 @@ class Settings:
     schedule_grace_s: float = 60.0
     default_timezone: str = "UTC"
     workers: bool = True  # JOBS_WORKERS=off → this pod only enqueues
+    gc_freeze: bool = True  # a started runtime keeps the collector off its boot objects
     max_payload_bytes: int = 1_048_576
     dead_retention_days: float = 30.0
     log_retention_days: float | None = None  # None: keep the log forever

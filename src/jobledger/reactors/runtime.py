@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from jobledger.domain.jobs import Lane
+from jobledger.reactors import gc_freeze
 from jobledger.reactors.commit import GroupCommitter
 from jobledger.reactors.fast_lane import FastLane
 from jobledger.reactors.leases import PartitionLeases, make_pod_id
@@ -68,6 +69,7 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         self._started_reactors: list[Reactor] = []
         self._started_services: list[Reactor] = []
+        self._froze = False
 
     @property
     def workers_on(self) -> bool:
@@ -92,6 +94,9 @@ class Runtime:
         for reactor in self.reactors:
             await reactor.start()
             self._started_reactors.append(reactor)
+        if self.engine.settings.gc_freeze:
+            gc_freeze.hold()
+            self._froze = True
         logger.info("pod %s started: %d partitions", self.pod, len(self.leases.owned))
 
     async def stop(self) -> None:
@@ -117,6 +122,9 @@ class Runtime:
                 await task
         self._tasks.clear()
         await _stop_all(self._started_services)
+        if self._froze:
+            gc_freeze.release()
+            self._froze = False
         logger.info("pod %s stopped", self.pod)
 
     async def run_forever(self) -> None:
