@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from jobledger.domain.events import SYSTEM, new_event
-from jobledger.domain.jobs import Job, Lane, NewJob, Stamp, enqueued
+from jobledger.domain.jobs import TRANSITION_FIELDS, Job, Lane, NewJob, Stamp, enqueued
 from jobledger.storage.rows import (
     EVENT_FIELDS,
     JOB_FIELDS,
@@ -15,6 +15,7 @@ from jobledger.storage.rows import (
     job_from_dict,
     job_from_row,
     job_to_dict,
+    job_transition_dict,
 )
 
 AT = datetime(2026, 11, 29, 14, 33, 18, 123000, tzinfo=UTC)
@@ -44,6 +45,13 @@ def test_a_job_round_trips_through_its_dict_and_its_row() -> None:
     assert tuple(record) == (*JOB_FIELDS, "order_key")
     assert job_from_dict(record) == job
     assert job_from_row([record[name] for name in JOB_FIELDS]) == job
+
+
+def test_an_update_writes_the_id_and_the_transition_fields() -> None:
+    job = _job()
+    record = job_transition_dict(job)
+    assert tuple(record) == ("id", *TRANSITION_FIELDS)
+    assert record == {name: job_to_dict(job)[name] for name in record}
 
 
 def test_a_row_in_any_zero_offset_zone_or_another_zone_comes_back_in_utc() -> None:

@@ -108,6 +108,14 @@ class Job:
 
 _JOB_FIELD_NAMES = tuple(f.name for f in fields(Job))
 
+#: the fields a transition may change; the others are the job's identity, fixed by its
+#: JobEnqueued (adapters rewrite only these on an update)
+TRANSITION_FIELDS = (
+    "status", "attempts", "next_run_at", "updated_at", "stream_version", "last_hash",
+    "last_error", "dead_reason", "claimed_by", "claim_token", "lease_until",
+    "inflight_token", "running_code", "closed_at",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Change:

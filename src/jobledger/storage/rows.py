@@ -91,6 +91,20 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     }
 
 
+def job_transition_dict(job: Job) -> dict[str, Any]:
+    """`id` and the `TRANSITION_FIELDS` of `job`: what an update of an existing row writes
+    (its identity fields never change after JobEnqueued)."""
+    return {
+        "id": job.id, "status": job.status.value, "attempts": job.attempts,
+        "next_run_at": job.next_run_at, "updated_at": job.updated_at,
+        "stream_version": job.stream_version, "last_hash": job.last_hash,
+        "last_error": job.last_error, "dead_reason": job.dead_reason,
+        "claimed_by": job.claimed_by, "claim_token": job.claim_token,
+        "lease_until": job.lease_until, "inflight_token": job.inflight_token,
+        "running_code": job.running_code, "closed_at": job.closed_at,
+    }
+
+
 _LANES: dict[str, Lane] = {lane.value: lane for lane in Lane}
 _STATUSES: dict[str, JobStatus] = {status.value: status for status in JobStatus}
 _ACTORS: dict[tuple[Any, Any, Any], Actor] = {}

@@ -25,6 +25,7 @@ from jobledger.storage.rows import (
     dedupe_key_of,
     event_to_dict,
     job_to_dict,
+    job_transition_dict,
     schedule_to_dict,
 )
 
@@ -186,7 +187,8 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
             "lane": row.lane.value if isinstance(row, Job) else None,
         })
         if isinstance(row, Job):
-            jobs.append(job_record(row))
+            # an update rewrites only what a transition can change
+            jobs.append(job_record(row) if change.is_new else job_transition_dict(row))
         elif isinstance(row, Schedule):
             schedules.append(schedule_to_dict(row))
         for n, event in enumerate(change.events):

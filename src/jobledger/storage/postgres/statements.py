@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobledger.domain.jobs import TRANSITION_FIELDS
 from jobledger.storage.postgres.schema import ORDINAL_BITS, quoted_schema
 from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
 
@@ -217,7 +218,7 @@ SELECT coalesce((SELECT array_agg(slot) FROM w), '{{}}'::int[]), (SELECT count(*
 def build(schema: str) -> Statements:
     s = quoted_schema(schema)
     channel = f"{schema}_wake"
-    job_set = _set((*JOB_FIELDS, "order_key"), "id")
+    job_set = _set(("id", *TRANSITION_FIELDS), "id")  # identity fields never change
     schedule_set = _set(SCHEDULE_FIELDS, "code")
     event_values = (
         "base.b + 1 + e.slot, e.stream, e.version, e.type, e.data, e.at, e.actor,"
@@ -318,8 +319,9 @@ SELECT {JOB_COLUMNS} FROM (
             " AND running_code IS NOT NULL AND lease_until > %(now)s"
         ),
         inflight=(
+            # in-flight rows stay PENDING: the partial index jobs_fast_pending finds them
             f"SELECT {JOB_COLUMNS} FROM {s}.jobs WHERE partition = %(p)s AND lane = 'fast'"
-            " AND inflight_token IS NOT NULL ORDER BY id"
+            " AND status = 'PENDING' AND inflight_token IS NOT NULL ORDER BY id"
         ),
         next_due_fast=f"""
 SELECT min(d.next_run_at) FROM unnest(%(parts)s::int[]) AS p(n)
