@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/drain.py --store sqlite --jobs 20000
     .venv/bin/python bench/drain.py --store postgres --jobs 50000
+    .venv/bin/python bench/drain.py --store postgres --jobs 50000 --pods 2
 
 For each delivery mode: enqueue N no-op jobs (distinct keys, all partitions; not timed),
 start a Runtime, and time until the queue is empty; the engine line also shows this
@@ -208,10 +209,109 @@ async def raw_postgres(jobs: int) -> float:
     return drained / elapsed
 
 
+# --- several pods: one process each, 64 / N partitions each --------------------------
+
+
+def _pod_process(dsn: str, schema: str, mode: str, pod: str, ready: Any, go: Any,
+                 out: Any) -> None:
+    """One pod in its own process: a Runtime on the shared schema with the no-op target;
+    it reports its CPU seconds once the parent says stop."""
+    from jobledger.storage.postgres import PostgresStore
+
+    async def run() -> None:
+        store = PostgresStore(dsn, schema=schema, pool_max=10)
+        await store.open()
+        engine = Engine(store, settings=Settings())
+
+        async def noop(job: Job) -> None:
+            return None
+
+        engine.targets.register("bench:noop", "fast", noop, delivery_mode=mode)
+        runtime = Runtime(engine, pod_id=pod)
+        ready.set()
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        cpu = time.process_time()
+        await runtime.start()
+        while not go.stop.is_set():
+            await asyncio.sleep(0.01)
+        out.put((pod, time.process_time() - cpu, len(runtime.fast.workers)))
+        await runtime.stop()
+        await store.close()
+
+    asyncio.run(run())
+
+
+class _Go:
+    """Start and stop flags shared with the pod processes."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.start = ctx.Event()
+        self.stop = ctx.Event()
+
+    def wait(self) -> None:
+        self.start.wait()
+
+
+async def pods_drain(jobs: int, mode: str, pods: int) -> float:
+    """`pods` worker processes drain `jobs` no-op jobs from one PostgreSQL schema. The
+    pods' liveness rows are written first, so each takes its fair share (64 / pods) at
+    start instead of the first one taking all 64."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    async with fresh_store("postgres", Path()) as store:
+        from jobledger.storage.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        engine = Engine(store, settings=Settings())
+        engine.targets.register("bench:noop", "fast", lambda job: None, delivery_mode=mode)
+        for start in range(0, jobs, 1000):  # setup, not timed
+            async with engine.transaction() as tx:
+                await engine.enqueue_many(
+                    [NewJob("bench:noop", None, key=f"k{i}")
+                     for i in range(start, min(start + 1000, jobs))],
+                    tx=tx,
+                )
+        names = [f"bench-{n}" for n in range(pods)]
+        for name in names:
+            await store.heartbeat(name, engine.clock.now())
+        go, out = _Go(ctx), ctx.Queue()
+        readies = [ctx.Event() for _ in names]
+        dsn = f"{PG_DSN}?application_name={BENCH_APP}"
+        schema = store.schema
+        procs = [ctx.Process(target=_pod_process,
+                             args=(dsn, schema, mode, name, ready, go, out))
+                 for name, ready in zip(names, readies, strict=True)]
+        for proc in procs:
+            proc.start()
+        for ready in readies:
+            await asyncio.get_running_loop().run_in_executor(None, ready.wait)
+        server_cpu = ServerCpu()
+        await server_cpu.start()
+        began = time.perf_counter()
+        go.start.set()
+        while await store.next_due(list(range(64)), engine.targets.get("bench:noop").lane):
+            await asyncio.sleep(0.005)
+        elapsed = time.perf_counter() - began
+        server_used = await server_cpu.seconds()
+        go.stop.set()
+        reports = [out.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=60)
+        pod_cpu = sum(cpu for _, cpu, _ in reports)
+        shares = "/".join(str(owned) for _, _, owned in sorted(reports))
+        print(f"  engine {mode:14s} {jobs / elapsed:10,.0f} jobs/s  ({elapsed:.2f} s, {pods} pods"
+              f" owning {shares} partitions, pods {pod_cpu / jobs * 1e6:.0f} µs CPU/job,"
+              f" their PostgreSQL backends {server_used / jobs * 1e6:.0f} µs CPU/job)")
+        return jobs / elapsed
+
+
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--pods", type=int, default=1,
+                        help="worker processes (PostgreSQL only); 1: the pod runs in this process")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -219,7 +319,10 @@ async def main(argv: list[str]) -> int:
         raw = raw_sqlite(tmp, args.jobs) if args.store == "sqlite" else await raw_postgres(args.jobs)
         results: dict[str, Any] = {}
         for mode in ("at_least_once", "at_most_once"):
-            results[mode] = await engine_drain(args.store, tmp, args.jobs, mode)
+            if args.pods > 1 and args.store == "postgres":
+                results[mode] = await pods_drain(args.jobs, mode, args.pods)
+            else:
+                results[mode] = await engine_drain(args.store, tmp, args.jobs, mode)
         for mode, rate in results.items():
             print(f"  ratio {mode:14s} engine/raw = {rate / raw:.3f}")
     return 0

@@ -147,7 +147,9 @@ def _orjson_writes_the_same(value: Any) -> bool:
         return size == 0.0 or 1e-4 <= size < 1e16
     if kind is dict:
         for key, item in value.items():
-            if type(key) is not str or not _orjson_writes_the_same(item):
+            if type(key) is not str:
+                return False
+            if type(item) is not str and item is not None and not _orjson_writes_the_same(item):
                 return False
         return True
     if kind is list:
@@ -170,6 +172,12 @@ def _hashed_actor(actor: Actor | None) -> tuple[dict[str, Any] | None, bool]:
         if len(_HASHED_ACTORS) < 4096:
             _HASHED_ACTORS[actor] = found
     return found
+
+
+def actor_json(actor: Actor | None) -> dict[str, Any] | None:
+    """`actor.to_json()`, one shared dict per actor: read it, never change it (the
+    adapters encode one per event they store)."""
+    return _hashed_actor(actor)[0]
 
 
 def event_hash(

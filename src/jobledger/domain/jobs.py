@@ -294,19 +294,20 @@ def fold(events: list[Event]) -> Job | None:
 def _change(job: Job, stamp: Stamp, *items: tuple[str, Mapping[str, Any]]) -> Change:
     """Append `items` as events after `job`'s last one and fold them into the row."""
     events: list[Event] = []
+    stream = job.stream
     version, prev = job.stream_version, job.last_hash
     row: Job | None = job
     for kind, data in items:
         version += 1
         event = new_event(
-            job.stream, version, kind, data,
+            stream, version, kind, data,
             at=stamp.at, actor=stamp.actor, trace_id=stamp.trace_id or job.trace_id,
             prev_hash=prev,
         )
         prev = event.hash
         events.append(event)
         row = apply(row, event)
-    return Change(job.stream, job.stream_version, tuple(events), row, partition=job.partition)
+    return Change(stream, job.stream_version, tuple(events), row, partition=job.partition)
 
 
 def enqueued(

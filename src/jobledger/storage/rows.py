@@ -12,7 +12,7 @@ from dataclasses import fields
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from jobledger.domain.events import Actor, Event
+from jobledger.domain.events import Actor, Event, actor_json
 from jobledger.domain.jobs import Job, JobStatus, Lane
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms
@@ -173,11 +173,10 @@ def schedule_from_dict(record: dict[str, Any]) -> Schedule:
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """`EVENT_FIELDS` of `event` (every outcome batch encodes one per event: no loop)."""
-    actor = event.actor
     return {
         "position": event.position, "stream": event.stream, "version": event.version,
         "type": event.type, "data": dict(event.data), "at": event.at,
-        "actor": actor.to_json() if actor else None, "trace_id": event.trace_id,
+        "actor": actor_json(event.actor), "trace_id": event.trace_id,
         "prev_hash": event.prev_hash, "hash": event.hash,
     }
 
