@@ -295,6 +295,31 @@ async def test_payload_order_keys_and_event_text_round_trip(
     ]
 
 
+async def test_an_outcome_event_keeps_its_exact_number_text(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    """The apply statement carries event data as JSON text inside a jsonb parameter and
+    stores that text as json: numbers jsonb would rewrite (1e+20, -0.0) still verify."""
+    from jobledger.domain.events import SYSTEM, verify_chain
+    from jobledger.domain.jobs import DeliveryMode, OutcomePolicy, Result, RunResult
+
+    opened = new_job(clock, payload={"n": 1})
+    await pg.apply([opened])
+    policy = OutcomePolicy(DeliveryMode.AT_LEAST_ONCE, 6, (1.0,))
+    stamp = Stamp(clock.now(), SYSTEM, "t")
+    failed = jobs.decide_outcome(opened.row, RunResult(Result.ANSWERED, error="é ✓",
+                                                        duration_ms=1e20), policy, stamp)
+    assert await pg.apply([failed.change]) == [True]
+    assert isinstance(failed.change.row, Job)
+    done = jobs.decide_outcome(failed.change.row, RunResult(Result.OK, duration_ms=-0.0),
+                               policy, stamp)
+    assert await pg.apply([done.change]) == [True]
+    events = await pg.read_stream(opened.stream)
+    assert [e.type for e in events] == ["JobEnqueued", "JobFailed", "JobSucceeded"]
+    assert events[2].data["duration_ms"] == 0.0
+    assert verify_chain(events) == []
+
+
 async def test_an_open_transaction_of_another_database_does_not_hold_the_log_back(
     pg: PostgresStore, clock: FakeClock
 ) -> None:
