@@ -64,6 +64,17 @@ async def fresh_store(kind: str, tmp: Path) -> AsyncIterator[Store]:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+async def enqueue_noops(engine: Engine, jobs: int) -> None:
+    """`jobs` no-op jobs with distinct keys (all partitions), 1,000 per transaction."""
+    for start in range(0, jobs, 1000):
+        async with engine.transaction() as tx:
+            await engine.enqueue_many(
+                [NewJob("bench:noop", None, key=f"k{i}")
+                 for i in range(start, min(start + 1000, jobs))],
+                tx=tx,
+            )
+
+
 async def engine_drain(kind: str, tmp: Path, jobs: int, mode: str) -> float:
     async with fresh_store(kind, tmp) as store:
         engine = Engine(store, settings=Settings())
@@ -74,13 +85,7 @@ async def engine_drain(kind: str, tmp: Path, jobs: int, mode: str) -> float:
             done += 1
 
         engine.targets.register("bench:noop", "fast", noop, delivery_mode=mode)
-        for start in range(0, jobs, 1000):  # setup, not timed
-            async with engine.transaction() as tx:
-                await engine.enqueue_many(
-                    [NewJob("bench:noop", None, key=f"k{i}")
-                     for i in range(start, min(start + 1000, jobs))],
-                    tx=tx,
-                )
+        await enqueue_noops(engine, jobs)  # setup, not timed
         runtime = Runtime(engine, pod_id="bench")
         lag = asyncio.create_task(loop_lag())
         began = time.perf_counter()
@@ -265,13 +270,7 @@ async def pods_drain(jobs: int, mode: str, pods: int) -> float:
         assert isinstance(store, PostgresStore)
         engine = Engine(store, settings=Settings())
         engine.targets.register("bench:noop", "fast", lambda job: None, delivery_mode=mode)
-        for start in range(0, jobs, 1000):  # setup, not timed
-            async with engine.transaction() as tx:
-                await engine.enqueue_many(
-                    [NewJob("bench:noop", None, key=f"k{i}")
-                     for i in range(start, min(start + 1000, jobs))],
-                    tx=tx,
-                )
+        await enqueue_noops(engine, jobs)  # setup, not timed
         names = [f"bench-{n}" for n in range(pods)]
         for name in names:
             await store.heartbeat(name, engine.clock.now())

@@ -25,38 +25,31 @@ async def test_results_come_back_in_order_while_the_coroutines_overlap() -> None
     assert started == [0, 1, 2]
 
 
+async def slow(n: int, cancelled: list[int]) -> int:
+    """Sleeps until cancelled, noting that it was."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        cancelled.append(n)
+        raise
+    return n
+
+
 async def test_a_failure_cancels_the_others_and_is_raised() -> None:
     cancelled: list[int] = []
-
-    async def slow(n: int) -> int:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.append(n)
-            raise
-        return n
 
     async def boom() -> int:
         await asyncio.sleep(0)
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        await run_each([boom(), slow(1), slow(2)])
+        await run_each([boom(), slow(1, cancelled), slow(2, cancelled)])
     assert sorted(cancelled) == [1, 2]
 
 
 async def test_cancelling_the_caller_cancels_every_task() -> None:
     cancelled: list[int] = []
-
-    async def slow(n: int) -> int:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.append(n)
-            raise
-        return n
-
-    outer = asyncio.create_task(run_each([slow(1), slow(2)]))
+    outer = asyncio.create_task(run_each([slow(1, cancelled), slow(2, cancelled)]))
     await asyncio.sleep(0.01)
     outer.cancel()
     with pytest.raises(asyncio.CancelledError):
