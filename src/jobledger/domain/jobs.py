@@ -32,6 +32,7 @@ from typing import Any
 from jobledger.domain.errors import InvalidStatus
 from jobledger.domain.events import GENESIS_HASH, Actor, Event, EventType, new_event
 from jobledger.domain.policies import retry_delay
+from jobledger.domain.records import fast_init
 from jobledger.domain.timeutil import at_ms, iso, parse_iso
 
 MAX_ERROR_CHARS = 2000
@@ -57,6 +58,7 @@ def job_stream(job_id: str) -> str:
     return f"job:{job_id}"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Job:
     """One open job: a row of the queue projection (PENDING, RUNNING or DEAD)."""
@@ -117,6 +119,7 @@ TRANSITION_FIELDS = (
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Change:
     """Events to append to one stream and the row they leave in its read model.
@@ -152,6 +155,7 @@ class NewJob:
     run_at: datetime | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Stamp:
     """The envelope every command needs: when, who, and under which trace."""
@@ -396,6 +400,7 @@ class Result(enum.StrEnum):
     SKIPPED = "skipped"  # SkipRun(reason): a late schedule slot
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunResult:
     result: Result
@@ -413,6 +418,7 @@ class OutcomePolicy:
     retry_delays_minutes: tuple[float, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The decision for one run: the change to write and what it means for the target."""
