@@ -409,6 +409,7 @@ class RunResult:
     duration_ms: float = 0.0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OutcomePolicy:
     """What the outcome path needs to know about the job's target."""
