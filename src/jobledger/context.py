@@ -25,7 +25,6 @@ class RequestContext:
 
 
 _EMPTY = RequestContext()
-_random = random.Random()
 _current: ContextVar[RequestContext | None] = ContextVar("jobledger_context", default=None)
 
 
@@ -35,8 +34,9 @@ def current() -> RequestContext:
 
 def new_trace_id() -> str:
     """32 hex digits, as W3C trace context and OpenTelemetry's own generator make them
-    (random, not secret: a trace id is no credential)."""
-    return f"{_random.getrandbits(128):032x}"
+    (random, not secret: a trace id is no credential). The module's generator is
+    reseeded in a forked child, so worker processes never repeat each other's ids."""
+    return f"{random.getrandbits(128):032x}"
 
 
 def _trace_of(trace_id: str | None, traceparent: str | None) -> str:
