@@ -56,31 +56,21 @@ def copy_types(columns: str, types: dict[str, str]) -> tuple[str, ...]:
     )
 
 
-#: the compare-and-set updates and deletes of streams that already exist
-EXISTING = """ju AS (
-  UPDATE {s}.jobs j SET {job_set}
-  FROM ok JOIN jr r ON r.id = ok.ident
-  WHERE ok.kind = 'job' AND NOT ok.isnew AND NOT ok.del
-    AND j.id = ok.ident AND j.stream_version = ok.expected
+def _compare_and_set(s: str, kind: str, table: str, key: str, columns: str, rows: str) -> str:
+    """The compare-and-set update and delete of `kind`'s streams that already exist: CTEs
+    `<k>u` and `<k>d` (k = the kind's first letter), each returning the applied changes."""
+    k = kind[0]
+    return f"""{k}u AS (
+  UPDATE {s}.{table} t SET {columns}
+  FROM ok JOIN {rows} r ON r.{key} = ok.ident
+  WHERE ok.kind = '{kind}' AND NOT ok.isnew AND NOT ok.del
+    AND t.{key} = ok.ident AND t.stream_version = ok.expected
   RETURNING ok.i
 ),
-jd AS (
-  DELETE FROM {s}.jobs j USING ok
-  WHERE ok.kind = 'job' AND NOT ok.isnew AND ok.del
-    AND j.id = ok.ident AND j.stream_version = ok.expected
-  RETURNING ok.i
-),
-su AS (
-  UPDATE {s}.schedules t SET {schedule_set}
-  FROM ok JOIN sr r ON r.code = ok.ident
-  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND NOT ok.del
-    AND t.code = ok.ident AND t.stream_version = ok.expected
-  RETURNING ok.i
-),
-sd AS (
-  DELETE FROM {s}.schedules t USING ok
-  WHERE ok.kind = 'schedule' AND NOT ok.isnew AND ok.del
-    AND t.code = ok.ident AND t.stream_version = ok.expected
+{k}d AS (
+  DELETE FROM {s}.{table} t USING ok
+  WHERE ok.kind = '{kind}' AND NOT ok.isnew AND ok.del
+    AND t.{key} = ok.ident AND t.stream_version = ok.expected
   RETURNING ok.i
 ),
 """
@@ -234,8 +224,10 @@ def build(schema: str) -> Statements:
             if guarded
             else "ok AS (SELECT * FROM c),"
         )
-        existing = "" if new_only else EXISTING.format(s=s, job_set=job_set,
-                                                         schedule_set=schedule_set)
+        existing = "" if new_only else (
+            _compare_and_set(s, "job", "jobs", "id", job_set, "jr")
+            + _compare_and_set(s, "schedule", "schedules", "code", schedule_set, "sr")
+        )
         winners = (
             "SELECT i FROM nw" if new_only else
             "SELECT i FROM ju UNION ALL SELECT i FROM jd UNION ALL SELECT i FROM su"
