@@ -7,13 +7,14 @@ mapping here means no adapter grows its own idea of a field. Datetimes stay awar
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from jobledger.domain.events import Actor, Event, actor_json
-from jobledger.domain.jobs import Job, JobStatus, Lane
+from jobledger.domain.jobs import TRANSITION_FIELDS, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms
 
@@ -71,38 +72,31 @@ def _is_fixed_utc(tz: tzinfo) -> bool:
                    "GMT", "UCT", "Universal", "Zulu") and tz.utcoffset(None) in (None, _ZERO)
 
 
+#: a job's `JOB_FIELDS` values, in that order, in one C-level call
+job_values = operator.attrgetter(*JOB_FIELDS)
+_TRANSITION_COLUMNS = ("id", *TRANSITION_FIELDS)
+_transition_values = operator.attrgetter(*_TRANSITION_COLUMNS)
+
+
 def job_to_dict(job: Job) -> dict[str, Any]:
-    """`JOB_FIELDS` of `job`, then `order_key` (a mark encodes one per row: no loop)."""
-    actor, headers = job.actor, job.headers
-    return {
-        "id": job.id, "code": job.code, "target": job.target, "lane": job.lane.value,
-        "key": job.key, "partition": job.partition, "version": job.version,
-        "payload": job.payload, "dedupe_key": job.dedupe_key, "status": job.status.value,
-        "attempts": job.attempts, "next_run_at": job.next_run_at,
-        "created_at": job.created_at, "updated_at": job.updated_at,
-        "stream_version": job.stream_version, "last_hash": job.last_hash,
-        "headers": dict(headers) if headers is not None else None,
-        "trace_id": job.trace_id, "traceparent": job.traceparent,
-        "actor": actor.to_json() if actor else None, "last_error": job.last_error,
-        "dead_reason": job.dead_reason, "claimed_by": job.claimed_by,
-        "claim_token": job.claim_token, "lease_until": job.lease_until,
-        "inflight_token": job.inflight_token, "running_code": job.running_code,
-        "closed_at": job.closed_at, "order_key": job.order_key,
-    }
+    """`JOB_FIELDS` of `job`, then `order_key`; enums as their values, actor and headers
+    as plain dicts."""
+    record = dict(zip(JOB_FIELDS, job_values(job), strict=True))
+    record["lane"] = job.lane.value
+    record["status"] = job.status.value
+    record["actor"] = actor_json(job.actor)
+    if job.headers is not None:
+        record["headers"] = dict(job.headers)
+    record["order_key"] = job.order_key
+    return record
 
 
 def job_transition_dict(job: Job) -> dict[str, Any]:
     """`id` and the `TRANSITION_FIELDS` of `job`: what an update of an existing row writes
     (its identity fields never change after JobEnqueued)."""
-    return {
-        "id": job.id, "status": job.status.value, "attempts": job.attempts,
-        "next_run_at": job.next_run_at, "updated_at": job.updated_at,
-        "stream_version": job.stream_version, "last_hash": job.last_hash,
-        "last_error": job.last_error, "dead_reason": job.dead_reason,
-        "claimed_by": job.claimed_by, "claim_token": job.claim_token,
-        "lease_until": job.lease_until, "inflight_token": job.inflight_token,
-        "running_code": job.running_code, "closed_at": job.closed_at,
-    }
+    record = dict(zip(_TRANSITION_COLUMNS, _transition_values(job), strict=True))
+    record["status"] = job.status.value
+    return record
 
 
 _LANES: dict[str, Lane] = {lane.value: lane for lane in Lane}

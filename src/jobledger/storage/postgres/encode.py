@@ -10,14 +10,13 @@ bytea compares bytewise, which is the code-point order Python sorts `str` by).
 from __future__ import annotations
 
 import json
-import operator
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
 
-from jobledger.domain.events import Actor, Event
+from jobledger.domain.events import Event, actor_json
 from jobledger.domain.jobs import Change, Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.rows import (
@@ -26,6 +25,7 @@ from jobledger.storage.rows import (
     event_to_dict,
     job_to_dict,
     job_transition_dict,
+    job_values,
     schedule_to_dict,
 )
 
@@ -80,7 +80,6 @@ def opens_job(change: Change) -> bool:
     return change.is_new and len(change.events) == 1 and isinstance(change.row, Job)
 
 
-_JOB_VALUES = operator.attrgetter(*JOB_FIELDS)
 _ACTOR = JOB_FIELDS.index("actor")
 _HEADERS = JOB_FIELDS.index("headers")
 _LANE = JOB_FIELDS.index("lane")
@@ -88,14 +87,10 @@ _STATUS = JOB_FIELDS.index("status")
 _JSON_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("payload", "headers", "actor"))
 
 
-def _actor(actor: Actor | None) -> dict[str, Any] | None:
-    return actor.to_json() if actor else None
-
-
 def _job_values(job: Job) -> list[Any]:
     """The row in `JOB_FIELDS` order; actor and headers as plain dicts."""
-    row = list(_JOB_VALUES(job))
-    row[_ACTOR] = _actor(job.actor)
+    row = list(job_values(job))
+    row[_ACTOR] = actor_json(job.actor)
     if job.headers is not None:
         row[_HEADERS] = dict(job.headers)
     return row
@@ -108,7 +103,7 @@ def _opening(change: Change) -> list[Any]:
     event = change.events[0]
     row = _job_values(job)
     row.append("\\x" + job.order_key.encode().hex())
-    row += (event.stream, event.version, event.type, event.at, _actor(event.actor),
+    row += (event.stream, event.version, event.type, event.at, actor_json(event.actor),
             event.trace_id, event.prev_hash, event.hash, _dedupe_key(change, 0, event))
     return row
 
@@ -151,7 +146,7 @@ def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
     event of a change that passes `opens_job`, written at `position`; `json` columns
     as their text (json's binary input)."""
     event = change.events[0]
-    actor = _actor(event.actor)
+    actor = actor_json(event.actor)
     return (position, event.stream, event.version, event.type, json_bytes(dict(event.data)),
             event.at, None if actor is None else json_bytes(actor), event.trace_id,
             event.prev_hash, event.hash, _dedupe_key(change, 0, event))
