@@ -193,14 +193,14 @@ def event_hash(
     trace_id: str | None,
     prev_hash: str,
 ) -> str:
-    actor_json, plain_actor = _hashed_actor(actor)
+    actor_form, plain_actor = _hashed_actor(actor)
     envelope = {
         "stream": stream,
         "version": version,
         "type": type,
         "data": data,
         "at": iso(at),
-        "actor": actor_json,
+        "actor": actor_form,
         "trace_id": trace_id,
         "prev": prev_hash,
     }

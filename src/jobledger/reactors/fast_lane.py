@@ -27,7 +27,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
@@ -54,8 +54,6 @@ if TYPE_CHECKING:
     from jobledger.engine import Engine
 
 logger = logging.getLogger("jobledger.fast_lane")
-
-T = TypeVar("T")
 
 #: prefixes of the buffer an at-most-once round plans on before the whole buffer
 _PREFIXES = (4, 32)
@@ -103,7 +101,7 @@ class PartitionWorker:
         self.task: asyncio.Task[None] | None = None
         # pass state
         self._buffer: list[Job] = []
-        self._targets: set[str] = set()  # the targets of the buffered rows (a superset)
+        self._targets: set[str] = set()  # the page's targets (rows that left keep theirs)
         self._page: list[Job] = []
         self._after: str | None = None
         self._page_start: str | None = None
@@ -328,8 +326,7 @@ class PartitionWorker:
         else:
             self._drop(risky)  # closed or changed by someone else: never send it
             if current is not None and current.status == JobStatus.PENDING:
-                self._buffer.append(current)
-                self._targets.add(current.target)
+                self._buffer.append(current)  # risky's own row: its target is known
                 self._buffer.sort(key=lambda j: (j.order_key, j.version, j.id))
         return None
 
