@@ -27,13 +27,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from pg_common import SERVER
+from pg_common import fresh_store as pg_fresh_store
+
 from jobledger.domain.jobs import Job, NewJob
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
 from jobledger.settings import Settings
 from jobledger.storage.port import Store
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 BENCH_APP = "jobledger_drain_bench"
 
 
@@ -49,19 +51,8 @@ async def fresh_store(kind: str, tmp: Path) -> AsyncIterator[Store]:
         finally:
             await store.close()
         return
-    import psycopg
-
-    from jobledger.storage.postgres import PostgresStore
-
-    schema = f"jl_bench_{uuid.uuid4().hex[:8]}"
-    store = PostgresStore(f"{PG_DSN}?application_name={BENCH_APP}", schema=schema, pool_max=10)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-        async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    async with pg_fresh_store(app=BENCH_APP, pool_max=10) as pg:
+        yield pg
 
 
 async def enqueue_noops(engine: Engine, jobs: int) -> None:
@@ -134,7 +125,7 @@ async def our_backends() -> list[int]:
     """The server processes of this bench's store (its connections carry BENCH_APP)."""
     import psycopg
 
-    async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(SERVER, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (BENCH_APP,)
         )
@@ -193,7 +184,7 @@ async def raw_postgres(jobs: int) -> float:
     import psycopg
 
     table = f"raw_{uuid.uuid4().hex[:8]}"
-    async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(SERVER, autocommit=True) as conn:
         await conn.execute(f"CREATE UNLOGGED TABLE {table} (id bigserial primary key, p text)")
         await conn.execute(f"INSERT INTO {table} (p) SELECT 'x' FROM generate_series(1, %s)",
                            (jobs,))
@@ -276,10 +267,8 @@ async def pods_drain(jobs: int, mode: str, pods: int) -> float:
             await store.heartbeat(name, engine.clock.now())
         go, out = _Go(ctx), ctx.Queue()
         readies = [ctx.Event() for _ in names]
-        dsn = f"{PG_DSN}?application_name={BENCH_APP}"
-        schema = store.schema
         procs = [ctx.Process(target=_pod_process,
-                             args=(dsn, schema, mode, name, ready, go, out))
+                             args=(store.dsn, store.schema, mode, name, ready, go, out))
                  for name, ready in zip(names, readies, strict=True)]
         for proc in procs:
             proc.start()

@@ -33,8 +33,12 @@ async def bench_dsn() -> str:
 
 
 @asynccontextmanager
-async def fresh_store(**options: object) -> AsyncIterator[PostgresStore]:
+async def fresh_store(app: str | None = None, **options: object) -> AsyncIterator[PostgresStore]:
+    """A store on a new schema of the bench database, dropped afterwards; `app` names its
+    connections (`application_name`, so a bench can find its own server processes)."""
     dsn = await bench_dsn()
+    if app is not None:
+        dsn = make_conninfo(dsn, application_name=app)
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     store = PostgresStore(dsn, schema=schema, **options)  # type: ignore[arg-type]
     await store.open()
