@@ -41,18 +41,27 @@ BENCH_APP = "jobledger_drain_bench"
 
 @asynccontextmanager
 async def fresh_store(kind: str, tmp: Path) -> AsyncIterator[Store]:
+    """An empty store of `kind` (memory, sqlite or postgres) for one bench run; a
+    PostgreSQL schema of its own, dropped afterwards. The other benches use it too."""
+    if kind == "postgres":
+        async with pg_fresh_store(app=BENCH_APP, pool_max=10) as pg:
+            yield pg
+        return
+    store: Store
     if kind == "sqlite":
         from jobledger.storage.sqlite import SqliteStore
 
-        store: Store = SqliteStore(str(tmp / f"bench-{uuid.uuid4().hex[:6]}.db"))
-        await store.open()
-        try:
-            yield store
-        finally:
-            await store.close()
-        return
-    async with pg_fresh_store(app=BENCH_APP, pool_max=10) as pg:
-        yield pg
+        tmp.mkdir(parents=True, exist_ok=True)
+        store = SqliteStore(str(tmp / f"bench-{uuid.uuid4().hex[:6]}.db"))
+    else:
+        from jobledger.storage.memory import MemoryStore
+
+        store = MemoryStore()
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 async def enqueue_noops(engine: Engine, jobs: int) -> None:

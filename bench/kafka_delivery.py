@@ -23,7 +23,7 @@ Both Kafka topics are read back afterwards to check every key's versions arrived
 order. Prints records/s and this process's CPU µs/record of each path, the engine/raw
 ratio (goal for at-least-once: >= 0.30) by wall clock and by CPU per record (the steadier
 figure on a shared machine) and, with several rounds, the medians. `--store postgres`
-uses a fresh schema per run on PG_DSN, dropped afterwards. `--profile kafka|noop` runs
+uses a fresh schema per run (bench/drain.py's fresh_store), dropped afterwards. `--profile kafka|noop` runs
 that engine path under cProfile (slower; for finding costs, not for figures).
 Performance lives here, never in tests.
 """
@@ -39,9 +39,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.tansu: the one broker launcher
 
 from aiokafka import AIOKafkaProducer  # noqa: E402
+from drain import fresh_store  # noqa: E402
 from tests.tansu import Tansu, consume, create_topic  # noqa: E402
 
 from jobledger.domain.jobs import Job, JobStatus, Lane, NewJob  # noqa: E402
@@ -59,7 +57,6 @@ from jobledger.settings import Settings  # noqa: E402
 from jobledger.storage.port import JobFilter, Store  # noqa: E402
 from jobledger.targets.kafka import install_kafka  # noqa: E402
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PATHS = ("raw", "kafka", "noop")
 
@@ -72,41 +69,6 @@ def items(jobs: int, keys: int) -> list[tuple[str, int]]:
 
 def payload(key: str, version: int) -> dict[str, Any]:
     return {"delivery_no": key, "version": version, "status": "DELIVERED", "pad": "x" * 64}
-
-
-@asynccontextmanager
-async def fresh_store(kind: str, tmp: Path) -> AsyncIterator[Store]:
-    """An empty store of `kind`; a PostgreSQL schema of its own, dropped afterwards."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    store: Store
-    schema = None
-    if kind == "postgres":
-        from jobledger.storage.postgres import PostgresStore
-
-        schema = f"jl_bench_{uuid.uuid4().hex[:8]}"
-        store = PostgresStore(PG_DSN, schema=schema, pool_max=10)
-    elif kind == "sqlite":
-        from jobledger.storage.sqlite import SqliteStore
-
-        store = SqliteStore(str(tmp / "bench.db"))
-    else:
-        from jobledger.storage.memory import MemoryStore
-
-        store = MemoryStore()
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-        if schema is not None:
-            await drop_schema(schema)
-
-
-async def drop_schema(schema: str) -> None:
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 async def raw(bootstrap: str, topic: str, work: list[tuple[str, int]]) -> tuple[float, float]:

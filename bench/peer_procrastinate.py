@@ -95,6 +95,21 @@ async def timed(n: int, step: Callable[[int], Awaitable[object]], offset: int = 
     return out
 
 
+async def interleaved(
+    raw: Callable[[int], Awaitable[object]], with_job: Callable[[int], Awaitable[object]], n: int
+) -> tuple[list[float], list[float]]:
+    """Seconds per transaction without and with the job: 200 warm-up calls each, then
+    three alternating thirds of `n`, so drift hits both sides alike."""
+    await timed(200, raw)
+    await timed(200, with_job)
+    base: list[float] = []
+    ours: list[float] = []
+    for part in range(3):
+        base += await timed(n // 3, raw, 1000 + part * n)
+        ours += await timed(n // 3, with_job, 1000 + part * n)
+    return base, ours
+
+
 # --- Procrastinate side (runs in the peer venv) -------------------------------------------
 async def peer_app() -> Any:
     procrastinate: Any = importlib.import_module("procrastinate")
@@ -188,13 +203,7 @@ async def peer_tx(n: int) -> dict[str, Any]:
                 await conn.execute("INSERT INTO business VALUES (%s, %s)", (i, "x"))
                 await business.configure(connection=conn).defer_async(i=i)
 
-        await timed(200, raw)
-        await timed(200, with_job)
-        base: list[float] = []
-        ours: list[float] = []
-        for part in range(3):
-            base += await timed(n // 3, raw, 1000 + part * n)
-            ours += await timed(n // 3, with_job, 1000 + part * n)
+        base, ours = await interleaved(raw, with_job, n)
     finally:
         await conn.close()
         await app.close_async()
@@ -273,37 +282,13 @@ async def jl_drain(jobs: int, mode: str) -> dict[str, Any]:
 
 
 async def jl_wake(samples: int, gap: float) -> dict[str, Any]:
-    from jobledger.domain.jobs import Job
+    from wake_latency import wake_samples
+
     from jobledger.engine import Engine
-    from jobledger.reactors.runtime import Runtime
 
     store = await jl_store()
-    out: list[float] = []
     try:
-        engine = Engine(store)
-        arrived = asyncio.Event()
-        stamp = [0.0]
-
-        async def handler(job: Job) -> None:
-            stamp[0] = time.perf_counter()
-            arrived.set()
-
-        engine.targets.register("bench:wake", "fast", handler, delivery_mode="at_least_once")
-        runtime = Runtime(engine, pod_id="peer-bench")
-        await runtime.start()
-        try:
-            await asyncio.sleep(0.5)
-            for i in range(samples + 20):
-                arrived.clear()
-                async with engine.transaction() as tx:
-                    await engine.enqueue("bench:wake", {"i": i}, tx=tx, key=f"k{i}")
-                committed = time.perf_counter()
-                await asyncio.wait_for(arrived.wait(), 10)
-                if i >= 20:
-                    out.append((stamp[0] - committed) * 1000)
-                await asyncio.sleep(gap)
-        finally:
-            await runtime.stop()
+        out = await wake_samples(Engine(store), samples, gap, "peer-bench")
     finally:
         await store.close()
         await reset_schema(JL_SCHEMA, create=False)
@@ -335,13 +320,7 @@ async def jl_tx(n: int) -> dict[str, Any]:
                 await tx.native.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
                 await engine.enqueue("bench:business", {"i": i}, tx=tx, key=f"k{i}")
 
-        await timed(200, raw)
-        await timed(200, with_job)
-        base: list[float] = []
-        ours: list[float] = []
-        for part in range(3):
-            base += await timed(n // 3, raw, 1000 + part * n)
-            ours += await timed(n // 3, with_job, 1000 + part * n)
+        base, ours = await interleaved(raw, with_job, n)
     finally:
         await store.close()
         await reset_schema(JL_SCHEMA, create=False)

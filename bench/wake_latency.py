@@ -25,7 +25,8 @@ from jobledger.reactors.runtime import Runtime
 from jobledger.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
-from drain import PG_DSN, fresh_store
+from drain import fresh_store
+from pg_common import SERVER
 
 
 def pct(values: list[float], q: float) -> float:
@@ -33,41 +34,46 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def wake_samples(engine: Engine, samples: int, gap: float, pod: str) -> list[float]:
+    """Milliseconds from each enqueue's commit to its handler's first line: one idle pod,
+    one job per sample (20 warm-up samples dropped), `gap` seconds apart."""
+    arrived = asyncio.Event()
+    stamp = [0.0]
+
+    async def handler(job: Job) -> None:
+        stamp[0] = time.perf_counter()
+        arrived.set()
+
+    engine.targets.register("bench:wake", "fast", handler, delivery_mode="at_least_once")
+    runtime = Runtime(engine, pod_id=pod)
+    await runtime.start()
+    await asyncio.sleep(0.5)
+    out: list[float] = []
+    try:
+        for i in range(samples + 20):
+            arrived.clear()
+            async with engine.transaction() as tx:
+                await engine.enqueue("bench:wake", {"i": i}, tx=tx, key=f"k{i}")
+            committed = time.perf_counter()
+            await asyncio.wait_for(arrived.wait(), 10)
+            if i >= 20:  # warm-up
+                out.append((stamp[0] - committed) * 1000)
+            await asyncio.sleep(gap)  # let the round's outcome commit: lane idle again
+    finally:
+        await runtime.stop()
+    return out
+
+
 async def engine_latency(kind: str, tmp: Path, samples: int) -> list[float]:
     async with fresh_store(kind, tmp) as store:
-        engine = Engine(store, settings=Settings())
-        arrived = asyncio.Event()
-        stamp = [0.0]
-
-        async def handler(job: Job) -> None:
-            stamp[0] = time.perf_counter()
-            arrived.set()
-
-        engine.targets.register("bench:wake", "fast", handler, delivery_mode="at_least_once")
-        runtime = Runtime(engine, pod_id="bench")
-        await runtime.start()
-        await asyncio.sleep(0.5)
-        out: list[float] = []
-        try:
-            for i in range(samples + 20):
-                arrived.clear()
-                async with engine.transaction() as tx:
-                    await engine.enqueue("bench:wake", None, tx=tx, key=f"k{i}")
-                committed = time.perf_counter()
-                await asyncio.wait_for(arrived.wait(), 10)
-                if i >= 20:  # warm-up
-                    out.append((stamp[0] - committed) * 1000)
-                await asyncio.sleep(0.01)  # let the round's outcome commit: lane idle again
-        finally:
-            await runtime.stop()
-        return out
+        return await wake_samples(Engine(store, settings=Settings()), samples, 0.01, "bench")
 
 
 async def raw_notify(samples: int) -> list[float]:
     import psycopg
 
-    listener = await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True)
-    sender = await psycopg.AsyncConnection.connect(PG_DSN, autocommit=True)
+    listener = await psycopg.AsyncConnection.connect(SERVER, autocommit=True)
+    sender = await psycopg.AsyncConnection.connect(SERVER, autocommit=True)
     await listener.execute("LISTEN bench_wake")
     out: list[float] = []
     gen = listener.notifies()
