@@ -73,7 +73,7 @@ def _is_fixed_utc(tz: tzinfo) -> bool:
 
 
 #: a job's `JOB_FIELDS` values, in that order, in one C-level call
-job_values = operator.attrgetter(*JOB_FIELDS)
+_job_values = operator.attrgetter(*JOB_FIELDS)
 _TRANSITION_COLUMNS = ("id", *TRANSITION_FIELDS)
 _transition_values = operator.attrgetter(*_TRANSITION_COLUMNS)
 
@@ -81,7 +81,7 @@ _transition_values = operator.attrgetter(*_TRANSITION_COLUMNS)
 def job_to_dict(job: Job) -> dict[str, Any]:
     """`JOB_FIELDS` of `job`, then `order_key`; enums as their values, actor and headers
     as plain dicts."""
-    record = dict(zip(JOB_FIELDS, job_values(job), strict=True))
+    record = dict(zip(JOB_FIELDS, _job_values(job), strict=True))
     record["lane"] = job.lane.value
     record["status"] = job.status.value
     record["actor"] = actor_json(job.actor)

@@ -25,7 +25,6 @@ from jobledger.storage.rows import (
     event_to_dict,
     job_to_dict,
     job_transition_dict,
-    job_values,
     schedule_to_dict,
 )
 
@@ -80,20 +79,15 @@ def opens_job(change: Change) -> bool:
     return change.is_new and len(change.events) == 1 and isinstance(change.row, Job)
 
 
-_ACTOR = JOB_FIELDS.index("actor")
-_HEADERS = JOB_FIELDS.index("headers")
-_LANE = JOB_FIELDS.index("lane")
-_STATUS = JOB_FIELDS.index("status")
 _JSON_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("payload", "headers", "actor"))
 
 
 def _job_values(job: Job) -> list[Any]:
-    """The row in `JOB_FIELDS` order; actor and headers as plain dicts."""
-    row = list(job_values(job))
-    row[_ACTOR] = actor_json(job.actor)
-    if job.headers is not None:
-        row[_HEADERS] = dict(job.headers)
-    return row
+    """The row in `JOB_FIELDS` order, in `rows.job_to_dict`'s stored forms (enums as
+    values, actor and headers as plain dicts); the order key is left to the caller."""
+    record = job_to_dict(job)
+    del record["order_key"]
+    return list(record.values())
 
 
 def _opening(change: Change) -> list[Any]:
@@ -134,7 +128,6 @@ def job_copy_row(change: Change) -> list[Any]:
     that passes `opens_job`: enums as their values, JSON columns pre-encoded."""
     job: Job = change.row
     row = _job_values(job)
-    row[_LANE], row[_STATUS] = job.lane.value, job.status.value
     for k in _JSON_FIELDS:
         row[k] = _jsonb(row[k])
     row.append(job.order_key.encode())
