@@ -32,29 +32,83 @@ async def single(n: int) -> None:
     async with fresh_store() as store:
         eng = engine(store)
         s = store.s
+        business = f"INSERT INTO {s}.business VALUES (%s, %s)"
         async with store.pool.connection() as conn:
             await conn.execute(f"CREATE TABLE {s}.business (id bigint, note text)")
 
         async def raw(i: int) -> None:
             async with store.pool.connection() as conn, conn.transaction():
-                await conn.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+                await conn.execute(business, (i, "x"))
+
+        async def raw_round_trip(i: int) -> None:
+            async with store.pool.connection() as conn, conn.transaction():
+                await conn.execute(business, (i, "x"))
+                await conn.execute("SELECT 1")
 
         async def with_job(i: int) -> None:
             async with eng.transaction() as tx:
-                await tx.native.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+                await tx.native.execute(business, (i, "x"))
                 await eng.enqueue("kafka:bench", {"n": i}, key=f"k{i % 100}", tx=tx)
 
-        await timed(200, raw)  # warm up both paths (prepared statements, caches)
-        await timed(200, with_job)
-        base, ours = [], []
-        for _ in range(3):  # interleave so drift hits both sides alike
+        phases: dict[str, list[float]] = {"BEGIN": [], "INSERT business": [],
+                                          "engine.enqueue": [], "COMMIT": []}
+
+        async def with_job_split(i: int) -> None:
+            """The same transaction with explicit BEGIN/COMMIT, each step timed."""
+            async with store.pool.connection() as conn:
+                steps = iter(phases.values())
+                started = time.perf_counter()
+
+                def lap() -> None:
+                    nonlocal started
+                    now = time.perf_counter()
+                    next(steps).append(now - started)
+                    started = now
+
+                await conn.execute("BEGIN")
+                lap()
+                await conn.execute(business, (i, "x"))
+                lap()
+                await eng.enqueue("kafka:bench", {"n": i}, key=f"k{i % 100}", tx=conn)
+                lap()
+                await conn.execute("COMMIT")
+                lap()
+
+        raw_phases: dict[str, list[float]] = {"BEGIN": [], "INSERT business": [], "COMMIT": []}
+
+        async def raw_split(i: int) -> None:
+            async with store.pool.connection() as conn:
+                for (name, samples), sql, params in zip(
+                    raw_phases.items(), ("BEGIN", business, "COMMIT"),
+                    (None, (i, "x"), None), strict=True,
+                ):
+                    started = time.perf_counter()
+                    await conn.execute(sql, params)
+                    samples.append(time.perf_counter() - started)
+
+        variants = (raw, raw_round_trip, with_job, with_job_split, raw_split)
+        for warm in variants:  # warm up every path (prepared statements, caches)
+            await timed(200, warm)
+        for samples in (*phases.values(), *raw_phases.values()):
+            samples.clear()
+        base, extra, ours = [], [], []
+        for _ in range(3):  # interleave so drift hits every side alike
             base += await timed(n // 3, raw)
+            extra += await timed(n // 3, raw_round_trip)
             ours += await timed(n // 3, with_job)
-        b, o = median_ms(base), median_ms(ours)
+            await timed(n // 3, with_job_split)
+            await timed(n // 3, raw_split)
+        b, r, o = median_ms(base), median_ms(extra), median_ms(ours)
         print("(a) one enqueue in the caller's transaction, median per transaction")
         print(line("raw: BEGIN; INSERT business; COMMIT", b, "ms"))
+        print(line("raw + one bare round trip (SELECT 1)", r, "ms"))
         print(line("store: same + engine.enqueue (append_in + NOTIFY)", o, "ms"))
+        print(line("ratio raw + round trip / raw", r / b, "x"))
         print(line("ratio (goal <= 1.1)", o / b, "x"))
+        print("    where the time goes (median per step; raw transaction | with the enqueue)")
+        for name, samples in phases.items():
+            raw_step = f"{median_ms(raw_phases[name]):.3f}" if name in raw_phases else "-"
+            print(f"    {name:<20} {raw_step:>8} | {median_ms(samples):.3f} ms")
 
 
 async def batches(n: int, size: int = 1000) -> None:
