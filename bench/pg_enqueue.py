@@ -78,8 +78,8 @@ async def single(n: int) -> None:
 
         async def raw_split(i: int) -> None:
             async with store.pool.connection() as conn:
-                for (name, samples), sql, params in zip(
-                    raw_phases.items(), ("BEGIN", business, "COMMIT"),
+                for samples, sql, params in zip(
+                    raw_phases.values(), ("BEGIN", business, "COMMIT"),
                     (None, (i, "x"), None), strict=True,
                 ):
                     started = time.perf_counter()
