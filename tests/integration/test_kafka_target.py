@@ -23,7 +23,7 @@ from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.ids import new_id
 from jobledger.targets.kafka import KafkaTarget, ProducerOptions
 from jobledger.targets.kafka_rules import KafkaEvent
-from tests.tansu import Tansu, closed_port, consume, tansu_fixture  # noqa: F401  (fixture `tansu`)
+from tests.tansu import Tansu, closed_port, consume, create_topic, tansu_fixture  # noqa: F401  (fixture `tansu`)
 
 pytestmark = pytest.mark.kafka
 
@@ -242,3 +242,51 @@ async def test_a_send_after_stop_is_unreachable_not_an_answered_failure(
     with pytest.raises(TargetUnreachable, match="stopped"):
         await run(target, make_job("late", {"n": 2}))
     assert len(await consume(tansu.bootstrap, "late", 2, timeout_s=1.5)) == 1
+
+
+async def test_warm_sends_skip_the_send_coroutine_and_land_where_aiokafka_puts_them(
+    tansu: Tansu, make_target: Any
+) -> None:
+    """Once the producer knows the topic, records are appended without `send` (the
+    target's no-wait path): same partition as aiokafka's default partitioner, same
+    bytes, every one delivered."""
+    from aiokafka.partitioner import DefaultPartitioner
+
+    await create_topic(tansu.bootstrap, "spread", 4)
+    target = make_target(tansu.bootstrap)
+    await run(target, make_job("spread", {"warm": True}, key="warm"))
+    assert target._appender is not None
+    producer = target._producer
+    sent = producer.send
+    slow = []
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        slow.append(args)
+        return await sent(*args, **kwargs)
+
+    producer.send = counting
+    keys = [f"DO-{n:03d}" for n in range(40)]
+    await asyncio.gather(*(run(target, make_job("spread", {"k": key}, key=key)) for key in keys))
+    assert slow == []
+    records = await consume(tansu.bootstrap, "spread", 41)
+    default = DefaultPartitioner()
+    assert len(records) == 41
+    for record in records:
+        assert record.partition == default(record.key, [0, 1, 2, 3], [0, 1, 2, 3])
+        if record.key != b"warm":
+            assert json.loads(record.value) == {"k": record.key.decode()}
+            assert set(dict(record.headers)) == {"event_id", "traceparent", "trace_id"}
+
+
+async def test_an_oversize_record_on_a_warm_producer_is_dead_now(
+    tansu: Tansu, make_target: Any
+) -> None:
+    target = make_target(tansu.bootstrap, max_request_size=1000)
+    await run(target, make_job("sized", {"small": True}))
+    producer = target._producer
+    assert target._appender is not None
+    with pytest.raises(DeadNow, match="MessageSizeTooLargeError"):
+        await run(target, make_job("sized", {"blob": "x" * 2000}))
+    assert target._producer is producer  # an invalid record keeps the producer
+    await run(target, make_job("sized", {"small": 2}))
+    assert len(await consume(tansu.bootstrap, "sized", 2, timeout_s=3)) == 2

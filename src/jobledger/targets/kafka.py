@@ -39,16 +39,17 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 from jobledger import context
 from jobledger.domain.errors import ConfigError, DeadNow, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane
+from jobledger.targets.kafka_append import Appender
 from jobledger.targets.kafka_rules import (
     InvalidRecord,
     KafkaEvent,
     KafkaFailure,
     Phase,
     Record,
-    build_record,
     check_overrides,
     classify,
     plan_targets,
+    record_parts,
     signal_for,
     topic_for,
 )
@@ -70,6 +71,7 @@ class ProducerOptions:
     request_timeout_s: float = 10.0
     max_request_size: int = 1_048_576
     linger_ms: int = 0
+    max_batch_size: int = 262_144
     client_id: str = "jobledger"
 
 
@@ -169,6 +171,7 @@ class KafkaTarget:
         self.events = {event.event: event for event in events}
         self.topic_overrides = check_overrides(events, topic_overrides or {})
         self._producer: Any = None
+        self._appender: Appender | None = None  # the no-wait path of `_producer`'s send
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -191,6 +194,7 @@ class KafkaTarget:
         self._stopped = True
         async with self._lock:
             producer, self._producer = self._producer, None
+            self._appender = None
         if producer is not None:
             await producer.stop()
         if self._closing:
@@ -203,13 +207,27 @@ class KafkaTarget:
             raise TargetUnreachable("kafka is disabled (kafka_enabled=off): nothing sent")
         topic = topic_for(job, self.events, self.topic_overrides)
         try:
-            record = build_record(job, context.current(), topic)
+            key, value, headers = record_parts(job, context.current())
         except InvalidRecord as exc:
             raise DeadNow(f"kafka invalid record for {topic!r}: {exc}") from exc
+        appender = self._appender
+        if (
+            appender is None
+            or self._stopped
+            # the common case without a coroutine: metadata known, the batch has room
+            or (delivery := appender.append(topic, key, value, headers)) is None
+        ):
+            try:
+                await self.send(Record(topic, key, value, tuple(headers)))
+            except SendFailed as failed:
+                raise signal_for(failed.failure, topic, failed.cause) from failed.cause
+            return
         try:
-            await self.send(record)
-        except SendFailed as failed:
-            raise signal_for(failed.failure, topic, failed.cause) from failed.cause
+            await delivery
+        except Exception as exc:
+            failure = classify(exc, Phase.DELIVERY)
+            self._after_failure(appender.producer, failure)
+            raise signal_for(failure, topic, exc) from exc
 
     async def send(self, record: Record) -> Any:
         """One record, one try; returns aiokafka's RecordMetadata or raises SendFailed."""
@@ -247,6 +265,7 @@ class KafkaTarget:
             request_timeout_ms=int(self.options.request_timeout_s * 1000),
             max_request_size=self.options.max_request_size,
             linger_ms=self.options.linger_ms,
+            max_batch_size=self.options.max_batch_size,
             partitioner=partition_of,
         )
         _disable_client_retries(producer)
@@ -264,6 +283,7 @@ class KafkaTarget:
                 await self._close_quietly(producer)
                 raise SendFailed(Phase.CONNECT, exc) from exc
             self._producer = producer
+            self._appender = Appender.for_producer(producer, partition_of, _key_hash)
             return producer
 
     def _after_failure(self, producer: Any, failure: KafkaFailure) -> None:
@@ -273,6 +293,7 @@ class KafkaTarget:
             return
         if self._producer is producer:
             self._producer = None
+            self._appender = None
             task = asyncio.get_running_loop().create_task(self._close_quietly(producer))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)

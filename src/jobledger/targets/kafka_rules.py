@@ -234,6 +234,15 @@ def _stdlib_json(payload: Any) -> bytes:
 def build_record(job: Job, ctx: RequestContext, topic: str) -> Record:
     """The Kafka record for `job`, under the handler's context `ctx` (the lanes open
     the enqueuer's trace around the handler; the job's own fields are the fallback)."""
+    key, value, headers = record_parts(job, ctx)
+    return Record(topic, key, value, tuple(headers))
+
+
+def record_parts(
+    job: Job, ctx: RequestContext
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """`build_record`'s key, value and headers, in the list form aiokafka takes (the
+    target's hot path builds no `Record`)."""
     key = job.key.encode("utf-8") if job.key is not None else None
     value = encode_value(job.payload)
     if key is None and value is None:
@@ -245,9 +254,7 @@ def build_record(job: Job, ctx: RequestContext, topic: str) -> Record:
         headers["traceparent"] = traceparent
     if trace_id:
         headers["trace_id"] = trace_id
-    return Record(
-        topic, key, value, tuple([(name, text.encode("utf-8")) for name, text in headers.items()])
-    )
+    return key, value, [(name, text.encode("utf-8")) for name, text in headers.items()]
 
 
 # --- how a failed send ends -------------------------------------------------------------
