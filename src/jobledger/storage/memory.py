@@ -2,9 +2,12 @@
 
 Everything lives in dictionaries of one process; a transaction stages its changes and
 applies them on commit under the same compare-and-set rules as the real adapters, so
-the contract suite holds for it too. The queue reads go through one index, the job ids
-of each lane (and fast-lane partition), as the real adapters' indexes do: a partition
-worker's page costs the rows of its partition, not every row of the store.
+the contract suite holds for it too. The queue reads go through indexes, as the real
+adapters' do: the job ids of each lane (and fast-lane partition), and per partition the
+sorted (order key, version, id) of its PENDING fast rows, so a partition worker's page
+costs a bisection and the page's rows, not every row of its partition. A row that left
+the queue (succeeded, dead, running) is dropped from that sorted list by the next page
+read that meets it, not by the write: a write then costs no search of the list.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ class MemoryStore(Store):
         # ids of the rows in `jobs`, by lane and fast-lane partition (insertion-ordered)
         self._fast_ids: dict[int, dict[str, None]] = {}
         self._long_ids: dict[str, None] = {}
+        # per fast-lane partition, the sorted (order key, version, id) of its PENDING rows,
+        # and of rows that left since (fast_pending drops those); the ids in these lists.
+        # A job's lane, partition, key and version never change, nor therefore its entry
+        self._queued: dict[int, list[tuple[str, int, str]]] = {}
+        self._queued_ids: set[str] = set()
         self.schedules: dict[str, Schedule] = {}
         self.versions: dict[str, int] = {}
         self.dedupe: set[str] = set()
@@ -113,11 +121,12 @@ class MemoryStore(Store):
         return flags
 
     async def apply(self, changes: Sequence[Change], *, guard: LeaseGuard | None = None) -> list[bool]:
-        allowed = [True] * len(changes)
+        allowed = None
         if guard is not None:
-            for i, change in enumerate(changes):
-                if change.partition is not None and not self._holds(guard, change.partition):
-                    allowed[i] = False
+            allowed = [
+                change.partition is None or self._holds(guard, change.partition)
+                for change in changes
+            ]
         flags = self._apply_all(changes, allowed)
         self._notify([c for c, ok in zip(changes, flags, strict=True) if ok])
         return flags
@@ -133,17 +142,22 @@ class MemoryStore(Store):
 
     def _apply_all(self, changes: Sequence[Change], allowed: Sequence[bool] | None = None) -> list[bool]:
         flags = []
+        versions = self.versions
         for i, change in enumerate(changes):
-            ok = (allowed is None or allowed[i]) and self._applicable(change)
+            # the compare-and-set first: a stale change costs one lookup
+            ok = (
+                versions.get(change.stream, 0) == change.expected_version
+                and (allowed is None or allowed[i])
+                and self._applicable(change)
+            )
             if ok:
                 self._apply_one(change)
             flags.append(ok)
         return flags
 
     def _applicable(self, change: Change) -> bool:
-        if self.versions.get(change.stream, 0) != change.expected_version:
-            return False
-        if change.is_new and change.dedupe_key and change.dedupe_key in self.dedupe:
+        """The rest of the checks once the stream's version matched."""
+        if change.expected_version == 0 and change.dedupe_key and change.dedupe_key in self.dedupe:
             return False
         row = change.row
         code = row.exclusive_code if isinstance(row, Job) else None
@@ -152,11 +166,18 @@ class MemoryStore(Store):
         )
 
     def _apply_one(self, change: Change) -> None:
-        for event in change.events:
-            self.last_position += 1
-            self.log.append(_positioned(event, self.last_position))
-        self.versions[change.stream] = change.events[-1].version if change.events else change.expected_version
-        if change.is_new and change.dedupe_key:
+        events = change.events
+        if events:
+            log = self.log
+            position = self.last_position
+            for event in events:
+                position += 1
+                log.append(_positioned(event, position))
+            self.last_position = position
+            self.versions[change.stream] = events[-1].version
+        else:
+            self.versions[change.stream] = change.expected_version
+        if change.expected_version == 0 and change.dedupe_key:
             self.dedupe.add(change.dedupe_key)
         kind, _, ident = change.stream.partition(":")
         if kind == "job":
@@ -167,7 +188,7 @@ class MemoryStore(Store):
             self.schedules[ident] = change.row
 
     def _put_job(self, ident: str, row: Job | None) -> None:
-        """Write (or, `row` None, remove) one job row, keeping the lane index in step."""
+        """Write (or, `row` None, remove) one job row, keeping the indexes in step."""
         old = self.jobs.get(ident)
         if old is not None and (row is None or self._ids_of(old) is not self._ids_of(row)):
             del self._ids_of(old)[ident]
@@ -176,6 +197,9 @@ class MemoryStore(Store):
             return
         self.jobs[ident] = row
         self._ids_of(row)[ident] = None
+        if row.status == _PENDING and row.lane == _FAST and ident not in self._queued_ids:
+            self._queued_ids.add(ident)
+            bisect.insort(self._queued.setdefault(row.partition, []), _queue_key(row))
 
     def _ids_of(self, job: Job) -> dict[str, None]:
         """The index entry `job` belongs to: its fast-lane partition's, or the long lane's."""
@@ -198,12 +222,24 @@ class MemoryStore(Store):
 
     # --- the queue -----------------------------------------------------------------------
     async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
-        rows = [
-            j for j in self._fast_rows((partition,))
-            if j.status == JobStatus.PENDING and (after_key is None or j.order_key > after_key)
-        ]
-        rows.sort(key=lambda j: (j.order_key, j.version, j.id))
-        return rows[:limit]
+        queued = self._queued.get(partition)
+        if not queued:
+            return []
+        i = 0 if after_key is None else bisect.bisect_right(queued, after_key, key=_order_of)
+        jobs = self.jobs
+        page: list[Job] = []
+        while len(page) < limit and i < len(queued):
+            ident = queued[i][2]
+            job = jobs.get(ident)
+            if job is not None and job.status == _PENDING and job.lane == _FAST and (
+                job.partition == partition
+            ):
+                page.append(job)
+                i += 1
+            else:  # the row left the queue since it was put in
+                del queued[i]
+                self._queued_ids.discard(ident)
+        return page
 
     async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
         rows = [
@@ -343,12 +379,27 @@ class MemoryStore(Store):
         self.jobs = {}
         self._fast_ids = {}
         self._long_ids = {}
+        self._queued = {}
+        self._queued_ids = set()
         for job in jobs:
             self._put_job(job.id, job)
         self.schedules = {s.code: s for s in schedules}
 
     def feed(self) -> AsyncIterator[Wake]:
         return self._feed.subscribe()
+
+
+_PENDING = JobStatus.PENDING
+_FAST = Lane.FAST
+
+
+def _queue_key(job: Job) -> tuple[str, int, str]:
+    """A PENDING fast row's place in its partition's queue: (order key, version, id)."""
+    return (job.order_key, job.version, job.id)
+
+
+def _order_of(key: tuple[str, int, str]) -> str:
+    return key[0]
 
 
 def _position(event: Event) -> int:
