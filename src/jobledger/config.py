@@ -319,6 +319,13 @@ SPECS: tuple[Spec, ...] = (
         "on: a started worker moves the objects it booted with out of the garbage"
         " collector's scans (gc.freeze) until it stops.",
     ),
+    Spec(
+        "stop_timeout_s",
+        _float,
+        _positive,
+        "A stopping pod finishes in-flight runs, releases its partitions and exits within"
+        " this, whatever waits (s).",
+    ),
     Spec("max_payload_bytes", _int, _at_least(1), "Largest JSON payload accepted at enqueue."),
     Spec("dead_retention_days", _float, _positive, "DEAD rows expire after (days)."),
     Spec(

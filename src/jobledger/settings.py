@@ -29,6 +29,7 @@ class Settings:
     default_timezone: str = "UTC"
     workers: bool = True  # JOBS_WORKERS=off → this pod only enqueues
     gc_freeze: bool = True  # a started runtime keeps the collector off its boot objects
+    stop_timeout_s: float = 10.0  # SIGTERM → the pod has left (or exits anyway) within this
     max_payload_bytes: int = 1_048_576
     dead_retention_days: float = 30.0
     log_retention_days: float | None = None  # None: keep the log forever

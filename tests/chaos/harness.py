@@ -435,6 +435,15 @@ class Faults:
         log = self.config.workdir / f"{name}.log"
         return log.exists() and "await app.start()" in log.read_text(errors="replace")
 
+    def stop_failure(self, proc: subprocess.Popen[bytes], code: int | None) -> str:
+        """How a worker failed its SIGTERM stop, in the words of the summary."""
+        if code is None:
+            return "did not exit within 20 s of SIGTERM (killed)"
+        log = self.config.workdir / f"{self.names[proc.pid]}.log"
+        if log.exists() and "stop not finished within" in log.read_text(errors="replace"):
+            return f"stopped with {code} on SIGTERM: its stop was cut short at stop_timeout_s"
+        return f"stopped with {code} on SIGTERM"
+
     def live(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.workers.procs if p.poll() is None]
 
@@ -782,8 +791,7 @@ async def _run(config: Config, summary: Summary, url: str, slots_file: Path) -> 
             for proc, code in zip(workers.procs, codes, strict=True):
                 if proc in final and code != 0:
                     summary.crashes += 1
-                    summary.problem(f"worker {faults.names[proc.pid]} stopped with {code}"
-                                    " on SIGTERM")
+                    summary.problem(f"worker {faults.names[proc.pid]} {faults.stop_failure(proc, code)}")
             if not await recorder.caught_up(30):
                 summary.problem("recorder did not catch up after the drain")
             trails, declared = await read_trails(store)

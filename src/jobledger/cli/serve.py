@@ -16,9 +16,12 @@ import inspect
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from jobledger.domain.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jobledger.cli.worker import StopDeadline
 
 
 def register(sub: Any) -> None:
@@ -84,10 +87,20 @@ def print_access(app: Any, base: str, out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_serve(args))
+    from jobledger.cli.worker import StopDeadline
+
+    deadline = StopDeadline()
+    try:
+        return asyncio.run(_serve(args, deadline=deadline))
+    finally:
+        deadline.disarm()
 
 
-async def _serve(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+async def _serve(
+    args: argparse.Namespace, out: TextIO = sys.stdout, *, deadline: StopDeadline | None = None
+) -> int:
+    """Serve until SIGINT / SIGTERM; then stop within `stop_timeout_s` (`deadline`, when
+    given, ends the process if the stop is still waiting then)."""
     from jobledger.app import build
     from jobledger.config import load_settings
     from jobledger.logs import configure_logging
@@ -110,6 +123,8 @@ async def _serve(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
             await app.serve_http(args.host, args.port, on_ready=ready, until=stop)
         finally:
+            if deadline is not None:
+                deadline.arm(settings.stop_timeout_s)
             await app.stop()
     out.write("jobledger stopped\n")
     return 0

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from jobledger.domain.jobs import Lane
@@ -27,11 +27,20 @@ from jobledger.reactors.long_lane import LongLane
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.pause import PauseMap
 from jobledger.storage.port import Wake
+from jobledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
 
 logger = logging.getLogger("jobledger.runtime")
+
+#: shares of `settings.stop_timeout_s`: the runs in flight (and the reactors' stops) get
+#: until FINISH_SHARE of it, releasing the partitions and the rest of leaving until
+#: LEAVE_SHARE; what is left is for the caller closing the store
+FINISH_SHARE = 0.7
+LEAVE_SHARE = 0.85
+#: how long a cancelled part of the stop is waited for before the stop goes on
+UNWIND_S = 0.5
 
 
 class Reactor(Protocol):
@@ -100,32 +109,57 @@ class Runtime:
         logger.info("pod %s started: %d partitions", self.pod, len(self.leases.owned))
 
     async def stop(self) -> None:
-        """Stop taking work, finish what is in flight, release partitions, leave."""
+        """Stop taking work, finish what is in flight, release partitions, leave.
+
+        Bounded by `settings.stop_timeout_s` (T), so a pod leaves even when its database
+        or broker does not answer (docs/operations.md, "Stopping a pod"): the reactors
+        and the runs in flight get until 0.7 T, then the runs still going are cancelled
+        (their rows have no outcome written: the next owner judges them as after a
+        crash); releasing the partitions and deleting the liveness row are tried until
+        0.85 T (leases left behind expire); the rest of T is for closing the store."""
         if not self.started:
             return
         self.started = False
-        await _stop_all(self._started_reactors)
+        limit = self.engine.settings.stop_timeout_s
+        now = asyncio.get_running_loop().time()
+        finish_by, leave_by = now + limit * FINISH_SHARE, now + limit * LEAVE_SHARE
+        await _bounded(_stop_all(self._started_reactors), finish_by, "stopping the reactors")
         if not self.workers_on:
             return
         self.leases.stop()
-        await self.long.stop()
-        await self.fast.stop()
-        try:
-            await self.leases.release_all()
-        except Exception:
-            logger.exception("releasing partitions failed; their leases will expire")
-        await self.committer.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _bounded(self._finish_in_flight(), finish_by, "finishing the runs in flight",
+                       on_late=self._cancel_in_flight)
+        if self._lanes_done():
+            await _bounded(self.leases.release_all(), leave_by,
+                           "releasing the partitions (their leases will expire)")
+        else:
+            logger.warning("pod %s: runs still unwinding; its partition leases will expire",
+                           self.pod)
+        await _bounded(cancel_and_wait(*self._tasks), leave_by, "stopping the feed")
         self._tasks.clear()
-        await _stop_all(self._started_services)
+        await _bounded(_stop_all(self._started_services), leave_by, "stopping the services")
         if self._froze:
             gc_freeze.release()
             self._froze = False
         logger.info("pod %s stopped", self.pod)
+
+    async def _finish_in_flight(self) -> None:
+        await asyncio.gather(self.long.stop(), self.fast.stop())
+        await self.committer.close()
+
+    def _cancel_in_flight(self) -> None:
+        """Cancel the lanes' runs still going: their rows keep no outcome, so they stay
+        for the next owner (partition takeover, long-lane lease expiry)."""
+        for task in self._lane_tasks():
+            task.cancel()
+
+    def _lane_tasks(self) -> list[asyncio.Task[None]]:
+        tasks = [w.task for w in self.fast.workers.values() if w.task is not None]
+        return tasks + list(self.long.batches)
+
+    def _lanes_done(self) -> bool:
+        """No partition worker or long batch still runs: releasing the leases is safe."""
+        return all(task.done() for task in self._lane_tasks())
 
     async def run_forever(self) -> None:
         """Run until SIGTERM or SIGINT, then stop cleanly."""
@@ -182,6 +216,37 @@ async def _mark_ready(ready: asyncio.Event) -> None:
     """Set once the feed generator had its first chance to subscribe."""
     await asyncio.sleep(0)
     ready.set()
+
+
+async def _bounded(
+    work: Awaitable[None], until: float, what: str, *, on_late: Callable[[], None] | None = None
+) -> bool:
+    """Await `work` until the loop time `until`; True when it finished without error.
+
+    Late work is cancelled (after `on_late`, which cancels what it waits for) and given
+    `UNWIND_S` to unwind; the stop then goes on without it, whatever it still waits for.
+    """
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    done, _ = await asyncio.wait({task}, timeout=max(until - loop.time(), 0.0))
+    if not done:
+        logger.warning("stop: %s is late (stop_timeout_s); cancelling it", what)
+        if on_late is not None:
+            on_late()
+        task.cancel()
+        await asyncio.wait({task}, timeout=UNWIND_S)
+        task.add_done_callback(_retrieve)
+        return False
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("stop: %s failed", what, exc_info=exc)
+        return False
+    return True
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Mark the outcome of a part the stop gave up on as seen (it was logged as late)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _stop_all(started: list[Reactor]) -> None:
