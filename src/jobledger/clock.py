@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -15,9 +16,15 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None: ...
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 class SystemClock:
     def now(self) -> datetime:
-        return at_ms(datetime.now(UTC))
+        """The wall clock in whole milliseconds, as `at_ms(datetime.now(UTC))` gives it:
+        the epoch plus the whole milliseconds of `time.time_ns()` (exact timedelta
+        arithmetic, half the cost of truncating a `datetime`; the lanes read it per job)."""
+        return _EPOCH + timedelta(0, 0, 0, time.time_ns() // 1_000_000)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(seconds, 0.0))
