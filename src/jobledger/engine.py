@@ -34,6 +34,19 @@ logger = logging.getLogger("jobledger.enqueue")
 #: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
 #: payload check's text (ASCII, default separators) and its errors are the same
 _PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
+#: PostgreSQL's text and jsonb cannot hold U+0000, so no store takes it (one rule for all)
+_NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a string in the JSON value `value` (a key or an item) contains U+0000."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,12 +181,18 @@ class Engine:
             raise InvalidArgument(f"key must be a string, not {type(item.key).__name__}")
         if item.dedupe_key is not None and (not isinstance(item.dedupe_key, str) or not item.dedupe_key):
             raise InvalidArgument("dedupe_key must be a non-empty string")
+        if item.code is not None and (not isinstance(item.code, str) or not item.code):
+            raise InvalidArgument("code must be a non-empty string")
         if not isinstance(item.version, int) or isinstance(item.version, bool):
             raise InvalidArgument("version must be an integer")
         if item.headers is not None and not all(
             isinstance(k, str) and isinstance(v, str) for k, v in item.headers.items()
         ):
             raise InvalidArgument("headers must map strings to strings")
+        texts = (item.key, item.dedupe_key, item.code, *(item.headers or {}).keys(),
+                 *(item.headers or {}).values())
+        if any(text and "\x00" in text for text in texts):
+            raise InvalidArgument(_NUL_TEXT.format("key, dedupe_key, code and headers"))
         try:
             body = _PAYLOAD_JSON.encode(item.payload)
         except (TypeError, ValueError) as exc:
@@ -184,6 +203,8 @@ class Engine:
                 f"payload for {item.target!r} is {size} bytes,"
                 f" over the {self.settings.max_payload_bytes}-byte limit"
             )
+        if "\\u0000" in body and _holds_nul(item.payload):  # the text test is a pre-filter
+            raise InvalidPayload(f"payload for {item.target!r}: " + _NUL_TEXT.format("its strings"))
 
     def _hand_off_after_commit(
         self, tx: Any, items: list[tuple[int, NewJob]], results: list[Enqueued | None]

@@ -211,3 +211,4 @@ async def test_enqueue_accepts_the_native_handle_of_the_transaction(
     assert result.inserted
     assert [j.dedupe_key for j in await store.all_jobs()] == ["d-1"]
     assert await kit.business_count(store) == 1
+

@@ -33,7 +33,7 @@ from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.domain.timeutil import iso
-from jobledger.storage import rows
+from jobledger.storage import jsontext, rows
 from jobledger.storage.feed import LocalFeed, wake_of
 from jobledger.storage.port import (
     JobFilter,
@@ -88,9 +88,7 @@ _EVENT_SELECT = f"SELECT {', '.join(_q(c) for c in rows.EVENT_FIELDS)} FROM even
 
 
 def _dumps(value: Any) -> str | None:
-    if value is None:
-        return None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return None if value is None else jsontext.dumps(value)
 
 
 def _encode(record: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:

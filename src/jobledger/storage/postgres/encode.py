@@ -9,16 +9,13 @@ bytea compares bytewise, which is the code-point order Python sorts `str` by).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
-
-import orjson
 
 from jobledger.domain.events import Event, actor_json
 from jobledger.domain.jobs import Change, Job
 from jobledger.domain.schedule_row import Schedule
+from jobledger.storage.jsontext import dumps, json_bytes
 from jobledger.storage.rows import (
     JOB_FIELDS,
     dedupe_key_of,
@@ -27,34 +24,6 @@ from jobledger.storage.rows import (
     job_transition_dict,
     schedule_to_dict,
 )
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, bytes | bytearray):
-        return "\\x" + bytes(value).hex()
-    raise TypeError(f"cannot store {type(value).__name__} as JSON")
-
-
-def json_bytes(value: Any) -> bytes:
-    """Compact JSON, UTF-8 encoded.
-
-    orjson first (the lanes encode every outcome batch through here); the standard
-    library for what orjson refuses — integers past 64 bits, non-string keys — so the
-    same values are accepted as before. orjson writes NaN as null: a float that is not
-    finite never gets this far (payloads are checked when they enter the engine).
-    """
-    try:
-        return orjson.dumps(value, default=_default)
-    except orjson.JSONEncodeError:
-        text = json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
-        return text.encode()
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON text for a statement parameter (see `json_bytes`)."""
-    return json_bytes(value).decode()
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -79,7 +48,9 @@ def opens_job(change: Change) -> bool:
     return change.is_new and len(change.events) == 1 and isinstance(change.row, Job)
 
 
-_JSON_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("payload", "headers", "actor"))
+_PAYLOAD = JOB_FIELDS.index("payload")
+#: the jsonb columns of `jobs` (the payload is json: its text is kept, see migration 3)
+_JSONB_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("headers", "actor"))
 
 
 def _job_values(job: Job) -> list[Any]:
@@ -92,10 +63,12 @@ def _job_values(job: Job) -> list[Any]:
 
 def _opening(change: Change) -> list[Any]:
     """One element of `rows`: `_job_values`, the order key as bytea hex input, then the
-    event's `OPENING_EVENT_FIELDS` (the event's data travels in `data`)."""
+    event's `OPENING_EVENT_FIELDS` (the event's data travels in `data`, and the row's
+    payload with it: the statement reads it from there)."""
     job: Job = change.row
     event = change.events[0]
     row = _job_values(job)
+    row[_PAYLOAD] = None
     row.append("\\x" + job.order_key.encode().hex())
     row += (event.stream, event.version, event.type, event.at, actor_json(event.actor),
             event.trace_id, event.prev_hash, event.hash, _dedupe_key(change, 0, event))
@@ -128,8 +101,10 @@ def job_copy_row(change: Change) -> list[Any]:
     that passes `opens_job`: enums as their values, JSON columns pre-encoded."""
     job: Job = change.row
     row = _job_values(job)
-    for k in _JSON_FIELDS:
+    for k in _JSONB_FIELDS:
         row[k] = _jsonb(row[k])
+    payload = row[_PAYLOAD]
+    row[_PAYLOAD] = None if payload is None else json_bytes(payload)  # json's binary input
     row.append(job.order_key.encode())
     return row
 

@@ -147,6 +147,16 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE {s}.jobs SET (fillfactor = 70)",
         ),
     ),
+    (
+        3,
+        (
+            # A job's payload is stored as its JSON text (json), as the log's data is:
+            # jsonb rewrites numbers (1e300 read back as an integer, -0.0 as 0.0), so a
+            # handler would not get the payload that was enqueued. Nothing queries
+            # inside a payload; rows already stored keep the text jsonb left them.
+            "ALTER TABLE {s}.jobs ALTER COLUMN payload TYPE json USING payload::json",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

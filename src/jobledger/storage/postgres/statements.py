@@ -31,7 +31,7 @@ OPENING_EVENT_FIELDS = (
 )
 #: the SQL type of every `jobs` column that is not text (a test compares with the table)
 JOB_TYPES = {
-    "partition": "integer", "version": "bigint", "payload": "jsonb", "attempts": "integer",
+    "partition": "integer", "version": "bigint", "payload": "json", "attempts": "integer",
     "next_run_at": "timestamptz", "created_at": "timestamptz", "updated_at": "timestamptz",
     "stream_version": "integer", "headers": "jsonb", "actor": "jsonb",
     "lease_until": "timestamptz", "closed_at": "timestamptz", "order_key": "bytea",
@@ -173,6 +173,11 @@ def _base(s: str) -> str:
 )"""
 
 
+_PAYLOAD_FROM_DATA = (
+    "CASE WHEN json_typeof(x.d->'payload') = 'null' THEN NULL ELSE x.d->'payload' END"
+)
+
+
 def enqueue_sql(s: str, channel: str) -> str:
     """New job streams of one event each, from `encode.opening_params`: the events with
     `ON CONFLICT DO NOTHING` (a seen dedupe key drops that job alone), the winners'
@@ -183,7 +188,12 @@ def enqueue_sql(s: str, channel: str) -> str:
         "x.d" if f == "data" else _field(at[f], EVENT_TYPES.get(f))
         for f in _EVENT_INSERT.split(", ")[1:]
     )
-    job_values = ", ".join(_field(k, JOB_TYPES.get(c)) for k, c in enumerate(job_cols))
+    # the payload's JSON text comes from the event's data (json keeps it; the jsonb row
+    # would rewrite its numbers); a JSON null is SQL NULL, as json_populate_recordset has it
+    job_values = ", ".join(
+        _PAYLOAD_FROM_DATA if c == "payload" else _field(k, JOB_TYPES.get(c))
+        for k, c in enumerate(job_cols)
+    )
     part, lane = job_cols.index("partition"), job_cols.index("lane")
     return f"""
 WITH x AS (

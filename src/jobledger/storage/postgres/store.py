@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
+from jobledger.storage import jsontext
 from jobledger.storage.feed import LocalFeed
 from jobledger.storage.port import (
     JobFilter,
@@ -486,8 +487,8 @@ class PostgresStore(Store):
     async def replace_read_models(
         self, jobs: Sequence[Job], schedules: Sequence[Schedule]
     ) -> None:
-        job_rows = encode.dumps([encode.job_record(j) for j in jobs])
-        schedule_rows = encode.dumps([schedule_to_dict(s) for s in schedules])
+        job_rows = jsontext.dumps([encode.job_record(j) for j in jobs])
+        schedule_rows = jsontext.dumps([schedule_to_dict(s) for s in schedules])
         job_cols = f"{statements.JOB_COLUMNS}, order_key"
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(f"DELETE FROM {self.s}.jobs")

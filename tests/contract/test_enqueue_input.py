@@ -1,0 +1,104 @@
+"""Bad input to `enqueue` on every adapter: a clear error before anything is written,
+the caller's transaction untouched (its own write still commits), nothing lost; and
+good input that is unusual comes back exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from jobledger.domain.errors import InvalidArgument, InvalidPayload, JobledgerError
+from jobledger.engine import Engine
+from jobledger.storage.port import Store
+from tests.contract.conftest import Kit
+from tests.contract.helpers import FAST, enqueue
+
+
+def circular() -> dict[str, Any]:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    return loop
+
+
+BAD: list[tuple[str, dict[str, Any], type[JobledgerError], str]] = [
+    ("object", {"payload": {"x": object()}}, InvalidPayload, "not JSON"),
+    ("set", {"payload": {1, 2}}, InvalidPayload, "not JSON"),
+    ("nan", {"payload": {"x": math.nan}}, InvalidPayload, "not JSON"),
+    ("infinity", {"payload": [math.inf]}, InvalidPayload, "not JSON"),
+    ("circular", {"payload": circular()}, InvalidPayload, "not JSON"),
+    ("oversize", {"payload": {"blob": "x" * 2000}}, InvalidPayload, "over the 1000-byte limit"),
+    ("nul in a value", {"payload": {"x": ["a\x00b"]}}, InvalidPayload, "U\\+0000"),
+    ("nul in a payload key", {"payload": {"a\x00": 1}}, InvalidPayload, "U\\+0000"),
+    ("nul in the key", {"key": "K\x00"}, InvalidArgument, "U\\+0000"),
+    ("nul in a header", {"headers": {"h": "\x00"}}, InvalidArgument, "U\\+0000"),
+    ("key not a string", {"key": 7}, InvalidArgument, "key must be a string"),
+    ("empty dedupe key", {"dedupe_key": ""}, InvalidArgument, "dedupe_key"),
+    ("empty code", {"code": ""}, InvalidArgument, "code"),
+    ("version a bool", {"version": True}, InvalidArgument, "version"),
+    ("version text", {"version": "1"}, InvalidArgument, "version"),
+    ("headers not text", {"headers": {"h": 1}}, InvalidArgument, "headers"),
+]
+
+
+@pytest.mark.parametrize(("case", "given", "error", "says"), BAD, ids=[b[0] for b in BAD])
+async def test_bad_input_is_refused_before_anything_is_written(
+    store: Store, engine: Engine, kit: Kit, case: str, given: dict[str, Any],
+    error: type[JobledgerError], says: str,
+) -> None:
+    engine.settings = dataclasses.replace(engine.settings, max_payload_bytes=1000)
+    options = {"payload": {"ok": 1}, **given}
+    async with engine.transaction() as tx:
+        with pytest.raises(error, match=says):
+            await engine.enqueue(FAST, tx=tx, **options)
+        await kit.business_write(tx, "still mine")
+        good = await engine.enqueue(FAST, {"ok": 2}, tx=tx)
+    assert good.inserted
+    assert [j.payload for j in await store.all_jobs()] == [{"ok": 2}]
+    assert [e.type for e in await store.read_log(0, limit=10)] == ["JobEnqueued"]
+    assert await kit.business_count(store) == 1
+
+
+async def test_a_bad_item_refuses_the_whole_batch(store: Store, engine: Engine) -> None:
+    from jobledger.domain.jobs import NewJob
+
+    async with engine.transaction() as tx:
+        with pytest.raises(InvalidPayload):
+            await engine.enqueue_many([NewJob(FAST, {"n": 1}), NewJob(FAST, {"n": math.nan})],
+                                      tx=tx)
+    assert await store.all_jobs() == []
+
+
+async def test_unusual_values_come_back_exactly_from_the_row_and_the_log(
+    store: Store, engine: Engine
+) -> None:
+    """Integers past 64 bits, float edges, non-ASCII and control text survive every
+    store's JSON columns unchanged (what a store's fast encoder refuses takes its
+    fallback); a backslash before `u0000` is text, not a NUL."""
+    payload = {
+        "big": 2**70, "neg": -(2**64), "edge": 2**63, "float": 0.1, "tiny": 5e-324,
+        "huge": 1e300, "zero": -0.0, "text": "é\u2028\x01\x1f\"\\u0000/<>&", "nested": [[], {}],
+        "ünï": "😀",
+    }
+    job = await enqueue(engine, FAST, payload=payload, headers={"h": "ü"}, key="clé")
+    assert job.payload == payload and job.headers == {"h": "ü"} and job.key == "clé"
+    assert repr(job.payload) == repr(payload)  # ints stay ints, -0.0 stays -0.0
+    (event,) = await store.read_stream(job.stream)
+    assert repr(event.data["payload"]) == repr(payload)
+
+
+async def test_unusual_values_come_back_exactly_from_a_large_batch(
+    store: Store, engine: Engine
+) -> None:
+    """The same through `enqueue_many` of 400 (PostgreSQL COPYs a batch that large)."""
+    from jobledger.domain.jobs import NewJob
+
+    payloads = [{"n": n, "huge": 1e300, "zero": -0.0, "big": 2**70 + n, "t": "é"}
+                for n in range(400)]
+    async with engine.transaction() as tx:
+        flags = await engine.enqueue_many([NewJob(FAST, p) for p in payloads], tx=tx)
+    assert all(f.inserted for f in flags)
+    stored = sorted(await store.all_jobs(), key=lambda j: j.payload["n"])
+    assert [repr(j.payload) for j in stored] == [repr(p) for p in payloads]
