@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -36,17 +37,32 @@ logger = logging.getLogger("jobledger.enqueue")
 _PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
 #: PostgreSQL's text and jsonb cannot hold U+0000, so no store takes it (one rule for all)
 _NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
+#: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)
+_MAYBE_UNSTORABLE = re.compile(r"\\u0000|[0-9]{19}")
+_INT64 = range(-(1 << 63), 1 << 63)
 
 
-def _holds_nul(value: Any) -> bool:
-    """Whether a string in the JSON value `value` (a key or an item) contains U+0000."""
+def _unstorable(value: Any) -> str | None:
+    """What in the JSON value `value` some store cannot hold, or None: a string (a key
+    or an item) with U+0000, an integer outside the signed 64-bit range (BSON's)."""
     if isinstance(value, str):
-        return "\x00" in value
+        return _NUL_TEXT.format("its strings") if "\x00" in value else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value in _INT64:
+            return None
+        return (f"the integer {value} is outside the signed 64-bit range:"
+                " MongoDB cannot store it, so no store takes it")
     if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_holds_nul(v) for v in value)
-    return False
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        found = _unstorable(item)
+        if found is not None:
+            return found
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +219,10 @@ class Engine:
                 f"payload for {item.target!r} is {size} bytes,"
                 f" over the {self.settings.max_payload_bytes}-byte limit"
             )
-        if "\\u0000" in body and _holds_nul(item.payload):  # the text test is a pre-filter
-            raise InvalidPayload(f"payload for {item.target!r}: " + _NUL_TEXT.format("its strings"))
+        if _MAYBE_UNSTORABLE.search(body):  # a pre-filter on the text; the walk decides
+            problem = _unstorable(item.payload)
+            if problem is not None:
+                raise InvalidPayload(f"payload for {item.target!r}: {problem}")
 
     def _hand_off_after_commit(
         self, tx: Any, items: list[tuple[int, NewJob]], results: list[Enqueued | None]
