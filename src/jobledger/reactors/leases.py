@@ -149,8 +149,10 @@ class PartitionLeases:
         """Clean shutdown: stop every partition, release the leases, drop liveness."""
         for partition in sorted(self.owned):
             await self.listener.release(partition)
-        if self.owned:
-            await self.store.release_partitions(self.pod, sorted(self.owned))
-        self.owned.clear()
-        await self.store.remove_worker(self.pod)
+        try:
+            if self.owned:
+                await self.store.release_partitions(self.pod, sorted(self.owned))
+            self.owned.clear()
+        finally:  # the liveness row goes even when the release failed (its leases expire)
+            await self.store.remove_worker(self.pod)
         self.observers.partitions_owned(self.pod, 0)

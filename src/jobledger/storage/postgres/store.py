@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -55,6 +56,19 @@ MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
 #: from this many new jobs in one call inside a transaction, they are COPYed: measured
 #: faster from ~300 (~15-20% at 1,000), even at 200, slower at 100 (docs/postgres.md)
 COPY_FROM = 300
+
+
+#: seconds a new connection may take unless the DSN says otherwise (libpq's default is
+#: to wait for the operating system, ~130 s against a server that never answers: a pod
+#: stopping or reconnecting then outlives its stop deadline)
+CONNECT_TIMEOUT_S = 5
+
+
+def _bounded_connect(dsn: str) -> str:
+    """`dsn` with `connect_timeout` set to CONNECT_TIMEOUT_S when it sets none."""
+    if "connect_timeout" in conninfo_to_dict(dsn):
+        return dsn
+    return make_conninfo(dsn, connect_timeout=CONNECT_TIMEOUT_S)
 
 
 def _can_copy(conn: Conn) -> bool:
@@ -101,13 +115,16 @@ class PostgresStore(Store):
         self._pool_min = pool_min
         self._pool_max = pool_max
         self._feed = LocalFeed()
-        self._listener = Listener(dsn, self.sql.channel, self._feed, retry_s=listen_retry_s)
+        self._conninfo = _bounded_connect(dsn)
+        self._listener = Listener(
+            self._conninfo, self.sql.channel, self._feed, retry_s=listen_retry_s
+        )
         self._pool: AsyncConnectionPool[Conn] | None = None
 
     # --- life cycle ----------------------------------------------------------------------
     async def open(self) -> None:
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            self.dsn,
+            self._conninfo,
             min_size=self._pool_min,
             max_size=self._pool_max,
             # UTC sessions: psycopg then hands out times in `datetime.UTC` itself, which
