@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from jobledger.domain.errors import InvalidArgument
-from jobledger.domain.events import Event
-from jobledger.domain.jobs import Change, Job, Lane
+from jobledger.domain.events import Event, actor_json
+from jobledger.domain.jobs import TRANSITION_FIELDS, Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.domain.timeutil import iso
 from jobledger.storage import jsontext, rows
@@ -73,11 +73,15 @@ def _upsert_sql(table: str, columns: Sequence[str], key: str) -> str:
 
 
 _UPSERT_JOB = _upsert_sql("jobs", _JOB_COLUMNS, "id")
+_UPDATE_JOB = f"UPDATE jobs SET {', '.join(f'{_q(c)} = ?' for c in TRANSITION_FIELDS)} WHERE id = ?"
 _UPSERT_SCHEDULE = _upsert_sql("schedules", rows.SCHEDULE_FIELDS, "code")
 _INSERT_EVENT = (
     f"INSERT INTO events ({', '.join(_q(c) for c in _EVENT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in _EVENT_COLUMNS)})"
 )
+if _EVENT_COLUMNS != ("stream", "version", "type", "data", "at", "actor", "trace_id",
+                      "prev_hash", "hash", "dedupe_key"):  # `_event_values` writes this order
+    raise RuntimeError("storage.sqlite._event_values must follow _EVENT_COLUMNS")
 _JOB_COLUMNS_SQL = ", ".join(_q(c) for c in rows.JOB_FIELDS)
 _JOB_SELECT = f"SELECT {_JOB_COLUMNS_SQL} FROM jobs"
 _SCHEDULE_SELECT = f"SELECT {', '.join(_q(c) for c in rows.SCHEDULE_FIELDS)} FROM schedules"
@@ -704,21 +708,28 @@ def _apply_change(cursor: sqlite3.Cursor, change: Change) -> bool:
     return True
 
 
+def _event_values(event: Event) -> tuple[Any, ...]:
+    """The `_INSERT_EVENT` values of `event`: `_encode` of its record, built directly."""
+    actor = actor_json(event.actor)
+    return (event.stream, event.version, event.type, _dumps(dict(event.data)), iso(event.at),
+            _dumps(actor), event.trace_id, event.prev_hash,
+            event.hash, rows.dedupe_key_of(event))
+
+
 def _write_change(cursor: sqlite3.Cursor, change: Change) -> None:
-    cursor.executemany(
-        _INSERT_EVENT,
-        [
-            _encode({**rows.event_to_dict(e), "dedupe_key": rows.dedupe_key_of(e)}, _EVENT_COLUMNS)
-            for e in change.events
-        ],
-    )
+    cursor.executemany(_INSERT_EVENT, [_event_values(e) for e in change.events])
     kind, _, ident = change.stream.partition(":")
     row = change.row
     if kind == "job":
         if row is None:
             cursor.execute("DELETE FROM jobs WHERE id = ?", (ident,))
-        else:
-            cursor.execute(_UPSERT_JOB, _encode(rows.job_to_dict(row), _JOB_COLUMNS))
+            return
+        if not change.is_new:  # an update writes only what a transition can change (D12)
+            record = rows.job_transition_dict(row)
+            cursor.execute(_UPDATE_JOB, (*_encode(record, TRANSITION_FIELDS), ident))
+            if cursor.rowcount == 1:
+                return
+        cursor.execute(_UPSERT_JOB, _encode(rows.job_to_dict(row), _JOB_COLUMNS))
     elif row is None:
         cursor.execute("DELETE FROM schedules WHERE code = ?", (ident,))
     else:
