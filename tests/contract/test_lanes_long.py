@@ -197,3 +197,29 @@ async def test_other_codes_keep_running_while_one_exclusive_code_runs_long(
     await settle()
     third = await a.long.reserve()
     assert [r.payload for r in third] == [2]
+
+
+async def test_a_row_that_comes_due_while_the_lane_reads_its_timer_runs_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    """The clock moves to a retry's due time while the lane is reading `next_due` (after
+    its reserve found nothing due): the lane looks again at once instead of sleeping a
+    safety poll (a lost wake-up, seen as a flaky scheduler test on PostgreSQL)."""
+    engine, a, rec = long_pod(store, clock, "pod-a", safety_poll_s=60.0)
+    later = clock.now() + timedelta(minutes=1)
+    await enqueue(engine, "report", [{"payload": "later", "run_at": later}])
+    read = store.next_due
+
+    async def next_due_as_the_clock_moves(*args: object, **kwargs: object) -> object:
+        due = await read(*args, **kwargs)  # type: ignore[arg-type]
+        if clock.now() < later:
+            clock.set(later)  # the test's advance lands during the read
+        return due
+
+    store.next_due = next_due_as_the_clock_moves  # type: ignore[method-assign]
+    a.long.start()
+    try:
+        await until(lambda: len(rec.calls) == 1, timeout_s=5)
+    finally:
+        await a.long.stop()
+        store.next_due = read  # type: ignore[method-assign]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobledger.domain import jobs
@@ -56,6 +56,8 @@ class LongLane:
         self.batches: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # renewals and outcomes of a row never interleave
         self._task: asyncio.Task[None] | None = None
+        #: the clock when `reserve` last looked for rows (a row due since then is news)
+        self._looked_at = datetime.min.replace(tzinfo=UTC)
 
     # --- life cycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -102,6 +104,11 @@ class LongLane:
         now = self.clock.now()  # after the read: the clock may have moved meanwhile
         if due is not None and due > now:
             timeout = min(timeout, (due - now).total_seconds())
+        elif due is not None and due > self._looked_at:
+            # due already, but not yet when reserve last looked (the clock moved during
+            # that look): look again at once. A row that was due then and still waits
+            # (paused target, busy code, no room) waits for its wake-up, not a spin.
+            timeout = 0.0
         probe = self.pauses.next_probe(set(self.pauses.paused()))
         if probe is not None:
             timeout = min(timeout, max((probe - now).total_seconds(), 0.0))
@@ -124,10 +131,10 @@ class LongLane:
 
     async def reserve(self) -> list[Job]:
         """Claim up to `long_batch` rows under one token; the rows now RUNNING here."""
+        now = self._looked_at = self.clock.now()
         room = min(self.settings.long_batch, self.max_running - len(self.current))
         if room <= 0 or self.stopping:
             return []
-        now = self.clock.now()
         candidates = await self.store.long_candidates(
             now, limit=self.settings.long_batch * CANDIDATE_FACTOR
         )
