@@ -35,6 +35,21 @@ async def single(n: int) -> None:
         business = f"INSERT INTO {s}.business VALUES (%s, %s)"
         async with store.pool.connection() as conn:
             await conn.execute(f"CREATE TABLE {s}.business (id bigint, note text)")
+            for table in ("jobs", "events"):
+                await conn.execute(f"CREATE TABLE {s}.raw_{table} (LIKE {s}.{table} INCLUDING ALL)")
+        async with eng.transaction() as tx:
+            template = await eng.enqueue("kafka:bench", {"n": -1}, key="k0", tx=tx)
+        # the engine's own job row and event, written by plain SQL into tables with the
+        # same columns and indexes (new ids, stream, position, dedupe key): one statement,
+        # no dedupe check, no position search, no NOTIFY
+        same_rows = (
+            f"WITH e AS (INSERT INTO {s}.raw_events SELECT (jsonb_populate_record(x,"
+            " jsonb_build_object('position', %(position)s::bigint, 'stream', %(stream)s::text,"
+            f" 'dedupe_key', %(id)s::text))).* FROM {s}.events x WHERE stream = %(from)s::text)"
+            f" INSERT INTO {s}.raw_jobs SELECT (jsonb_populate_record(j, jsonb_build_object("
+            f"'id', %(id)s::text, 'dedupe_key', %(id)s::text))).* FROM {s}.jobs j"
+            " WHERE id = %(template)s::text"
+        )
 
         async def raw(i: int) -> None:
             async with store.pool.connection() as conn, conn.transaction():
@@ -44,6 +59,16 @@ async def single(n: int) -> None:
             async with store.pool.connection() as conn, conn.transaction():
                 await conn.execute(business, (i, "x"))
                 await conn.execute("SELECT 1")
+
+        copies = iter(range(1, 10**9))
+
+        async def raw_same_rows(i: int) -> None:
+            n = next(copies)
+            params = {"position": n, "stream": f"job:raw{n}", "id": f"raw{n}",
+                      "from": f"job:{template.job_id}", "template": template.job_id}
+            async with store.pool.connection() as conn, conn.transaction():
+                await conn.execute(business, (i, "x"))
+                await conn.execute(same_rows, params)
 
         async def with_job(i: int) -> None:
             async with eng.transaction() as tx:
@@ -86,15 +111,16 @@ async def single(n: int) -> None:
                     await conn.execute(sql, params)
                     samples.append(time.perf_counter() - started)
 
-        variants = (raw, raw_round_trip, with_job, with_job_split, raw_split)
+        variants = (raw, raw_round_trip, raw_same_rows, with_job, with_job_split, raw_split)
         for warm in variants:  # warm up every path (prepared statements, caches)
             await timed(200, warm)
         for samples in (*phases.values(), *raw_phases.values()):
             samples.clear()
-        base, extra, ours = [], [], []
+        base, extra, rows, ours = [], [], [], []
         for _ in range(3):  # interleave so drift hits every side alike
             base += await timed(n // 3, raw)
             extra += await timed(n // 3, raw_round_trip)
+            rows += await timed(n // 3, raw_same_rows)
             ours += await timed(n // 3, with_job)
             await timed(n // 3, with_job_split)
             await timed(n // 3, raw_split)
@@ -102,8 +128,10 @@ async def single(n: int) -> None:
         print("(a) one enqueue in the caller's transaction, median per transaction")
         print(line("raw: BEGIN; INSERT business; COMMIT", b, "ms"))
         print(line("raw + one bare round trip (SELECT 1)", r, "ms"))
+        print(line("raw + the same job row and event by plain SQL", median_ms(rows), "ms"))
         print(line("store: same + engine.enqueue (append_in + NOTIFY)", o, "ms"))
         print(line("ratio raw + round trip / raw", r / b, "x"))
+        print(line("ratio raw + same rows / raw (the cost of writing them)", median_ms(rows) / b, "x"))
         print(line("ratio (goal <= 1.1)", o / b, "x"))
         print("    where the time goes (median per step; raw transaction | with the enqueue)")
         for name, samples in phases.items():
