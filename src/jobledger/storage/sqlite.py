@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from jobledger.domain.errors import InvalidArgument
-from jobledger.domain.events import Event, actor_json
+from jobledger.domain.events import Event
 from jobledger.domain.jobs import TRANSITION_FIELDS, Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.domain.timeutil import iso
@@ -79,9 +79,6 @@ _INSERT_EVENT = (
     f"INSERT INTO events ({', '.join(_q(c) for c in _EVENT_COLUMNS)})"
     f" VALUES ({', '.join('?' for _ in _EVENT_COLUMNS)})"
 )
-if _EVENT_COLUMNS != ("stream", "version", "type", "data", "at", "actor", "trace_id",
-                      "prev_hash", "hash", "dedupe_key"):  # `_event_values` writes this order
-    raise RuntimeError("storage.sqlite._event_values must follow _EVENT_COLUMNS")
 _JOB_COLUMNS_SQL = ", ".join(_q(c) for c in rows.JOB_FIELDS)
 _JOB_SELECT = f"SELECT {_JOB_COLUMNS_SQL} FROM jobs"
 _SCHEDULE_SELECT = f"SELECT {', '.join(_q(c) for c in rows.SCHEDULE_FIELDS)} FROM schedules"
@@ -708,16 +705,14 @@ def _apply_change(cursor: sqlite3.Cursor, change: Change) -> bool:
     return True
 
 
-def _event_values(event: Event) -> tuple[Any, ...]:
-    """The `_INSERT_EVENT` values of `event`: `_encode` of its record, built directly."""
-    actor = actor_json(event.actor)
-    return (event.stream, event.version, event.type, _dumps(dict(event.data)), iso(event.at),
-            _dumps(actor), event.trace_id, event.prev_hash,
-            event.hash, rows.dedupe_key_of(event))
-
-
 def _write_change(cursor: sqlite3.Cursor, change: Change) -> None:
-    cursor.executemany(_INSERT_EVENT, [_event_values(e) for e in change.events])
+    cursor.executemany(
+        _INSERT_EVENT,
+        [
+            _encode({**rows.event_to_dict(e), "dedupe_key": rows.dedupe_key_of(e)}, _EVENT_COLUMNS)
+            for e in change.events
+        ],
+    )
     kind, _, ident = change.stream.partition(":")
     row = change.row
     if kind == "job":
