@@ -10,9 +10,7 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import re
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -21,7 +19,8 @@ from typing import Any
 from jobledger import context
 from jobledger.clock import Clock, SystemClock
 from jobledger.domain import jobs
-from jobledger.domain.errors import InvalidArgument, InvalidPayload
+from jobledger.domain.enqueue_rules import check_new_job
+from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.ids import new_id
@@ -31,39 +30,6 @@ from jobledger.storage.port import Store, Transaction
 from jobledger.targets.registry import TargetRegistry
 
 logger = logging.getLogger("jobledger.enqueue")
-
-#: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
-#: payload check's text (ASCII, default separators) and its errors are the same
-_PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
-#: PostgreSQL's text and jsonb cannot hold U+0000, so no store takes it (one rule for all)
-_NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
-#: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)
-_MAYBE_UNSTORABLE = re.compile(r"\\u0000|[0-9]{19}")
-_INT64 = range(-(1 << 63), 1 << 63)
-
-
-def _unstorable(value: Any) -> str | None:
-    """What in the JSON value `value` some store cannot hold, or None: a string (a key
-    or an item) with U+0000, an integer outside the signed 64-bit range (BSON's)."""
-    if isinstance(value, str):
-        return _NUL_TEXT.format("its strings") if "\x00" in value else None
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value in _INT64:
-            return None
-        return (f"the integer {value} is outside the signed 64-bit range:"
-                " MongoDB cannot store it, so no store takes it")
-    if isinstance(value, dict):
-        items = [*value.keys(), *value.values()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        return None
-    for item in items:
-        found = _unstorable(item)
-        if found is not None:
-            return found
-    return None
-
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
@@ -130,7 +96,7 @@ class Engine:
         at_ms = int(stamp.at.timestamp() * 1000)
         for index, item in enumerate(items):
             target = self.targets.get(item.target)
-            self._check(item)
+            check_new_job(item, self.settings.max_payload_bytes)
             if target.lossy:
                 lossy.append((index, item))
                 continue
@@ -191,38 +157,6 @@ class Engine:
     def _stamp(self) -> Stamp:
         ctx = context.current()
         return Stamp(self.clock.now(), ctx.actor, ctx.trace_id or context.new_trace_id())
-
-    def _check(self, item: NewJob) -> None:
-        if item.key is not None and not isinstance(item.key, str):
-            raise InvalidArgument(f"key must be a string, not {type(item.key).__name__}")
-        if item.dedupe_key is not None and (not isinstance(item.dedupe_key, str) or not item.dedupe_key):
-            raise InvalidArgument("dedupe_key must be a non-empty string")
-        if item.code is not None and (not isinstance(item.code, str) or not item.code):
-            raise InvalidArgument("code must be a non-empty string")
-        if not isinstance(item.version, int) or isinstance(item.version, bool):
-            raise InvalidArgument("version must be an integer")
-        if item.headers is not None and not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in item.headers.items()
-        ):
-            raise InvalidArgument("headers must map strings to strings")
-        texts = (item.key, item.dedupe_key, item.code, *(item.headers or {}).keys(),
-                 *(item.headers or {}).values())
-        if any(text and "\x00" in text for text in texts):
-            raise InvalidArgument(_NUL_TEXT.format("key, dedupe_key, code and headers"))
-        try:
-            body = _PAYLOAD_JSON.encode(item.payload)
-        except (TypeError, ValueError) as exc:
-            raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
-        size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
-        if size > self.settings.max_payload_bytes:
-            raise InvalidPayload(
-                f"payload for {item.target!r} is {size} bytes,"
-                f" over the {self.settings.max_payload_bytes}-byte limit"
-            )
-        if _MAYBE_UNSTORABLE.search(body):  # a pre-filter on the text; the walk decides
-            problem = _unstorable(item.payload)
-            if problem is not None:
-                raise InvalidPayload(f"payload for {item.target!r}: {problem}")
 
     def _hand_off_after_commit(
         self, tx: Any, items: list[tuple[int, NewJob]], results: list[Enqueued | None]

@@ -1,0 +1,79 @@
+"""What `enqueue` accepts (pure: no I/O). Every item is checked before anything is
+written, so bad input raises and the caller's transaction is untouched.
+
+One rule for every store: what one of them cannot hold, none takes — U+0000 in any text
+(PostgreSQL's text and jsonb refuse it) and payload integers outside the signed 64-bit
+range (MongoDB's BSON refuses them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from jobledger.domain.errors import InvalidArgument, InvalidPayload
+from jobledger.domain.jobs import NewJob
+
+#: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
+#: payload check's text (ASCII, default separators) and its errors are the same
+_PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
+_NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
+#: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)
+_MAYBE_UNSTORABLE = re.compile(r"\\u0000|[0-9]{19}")
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
+    """Raise InvalidArgument or InvalidPayload, naming the problem, for an item that
+    cannot be enqueued (the target's existence is the registry's to check)."""
+    if item.key is not None and not isinstance(item.key, str):
+        raise InvalidArgument(f"key must be a string, not {type(item.key).__name__}")
+    if item.dedupe_key is not None and (not isinstance(item.dedupe_key, str) or not item.dedupe_key):
+        raise InvalidArgument("dedupe_key must be a non-empty string")
+    if item.code is not None and (not isinstance(item.code, str) or not item.code):
+        raise InvalidArgument("code must be a non-empty string")
+    if not isinstance(item.version, int) or isinstance(item.version, bool):
+        raise InvalidArgument("version must be an integer")
+    headers = item.headers or {}
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise InvalidArgument("headers must map strings to strings")
+    texts = (item.key, item.dedupe_key, item.code, *headers.keys(), *headers.values())
+    if any(text and "\x00" in text for text in texts):
+        raise InvalidArgument(_NUL_TEXT.format("key, dedupe_key, code and headers"))
+    try:
+        body = _PAYLOAD_JSON.encode(item.payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
+    size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
+    if size > max_payload_bytes:
+        raise InvalidPayload(
+            f"payload for {item.target!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
+        )
+    if _MAYBE_UNSTORABLE.search(body):  # a pre-filter on the text; the walk decides
+        problem = _unstorable(item.payload)
+        if problem is not None:
+            raise InvalidPayload(f"payload for {item.target!r}: {problem}")
+
+
+def _unstorable(value: Any) -> str | None:
+    """What in the JSON value `value` some store cannot hold, or None: a string (a key
+    or an item) with U+0000, an integer outside the signed 64-bit range."""
+    if isinstance(value, str):
+        return _NUL_TEXT.format("its strings") if "\x00" in value else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value in _INT64:
+            return None
+        return (f"the integer {value} is outside the signed 64-bit range:"
+                " MongoDB cannot store it, so no store takes it")
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        found = _unstorable(item)
+        if found is not None:
+            return found
+    return None
