@@ -211,23 +211,17 @@ class KafkaTarget:
         except InvalidRecord as exc:
             raise DeadNow(f"kafka invalid record for {topic!r}: {exc}") from exc
         appender = self._appender
-        if (
-            appender is None
-            or self._stopped
-            # the common case without a coroutine: metadata known, the batch has room
-            or (delivery := appender.append(topic, key, value, headers)) is None
-        ):
-            try:
-                await self.send(Record(topic, key, value, tuple(headers)))
-            except SendFailed as failed:
-                raise signal_for(failed.failure, topic, failed.cause) from failed.cause
-            return
+        # the common case without `send`'s coroutine: metadata known, the batch has room
+        queued = None if appender is None or self._stopped else appender.append(
+            topic, key, value, headers
+        )
         try:
-            await delivery
-        except Exception as exc:
-            failure = classify(exc, Phase.DELIVERY)
-            self._after_failure(appender.producer, failure)
-            raise signal_for(failure, topic, exc) from exc
+            if appender is None or queued is None:
+                await self.send(Record(topic, key, value, tuple(headers)))
+            else:
+                await self._delivered(appender.producer, queued)
+        except SendFailed as failed:
+            raise signal_for(failed.failure, topic, failed.cause) from failed.cause
 
     async def send(self, record: Record) -> Any:
         """One record, one try; returns aiokafka's RecordMetadata or raises SendFailed."""
@@ -248,6 +242,10 @@ class KafkaTarget:
         except Exception as exc:
             self._after_failure(producer, classify(exc, Phase.ENQUEUE))
             raise SendFailed(Phase.ENQUEUE, exc) from exc
+        return await self._delivered(producer, delivery)
+
+    async def _delivered(self, producer: Any, delivery: Awaitable[Any]) -> Any:
+        """The broker's answer to a queued record (RecordMetadata), or SendFailed."""
         try:
             return await delivery
         except Exception as exc:
