@@ -189,11 +189,10 @@ class MemoryStore(Store):
 
     def _put_job(self, ident: str, row: Job | None) -> None:
         """Write (or, `row` None, remove) one job row, keeping the indexes in step."""
-        old = self.jobs.get(ident)
-        if old is not None and (row is None or self._ids_of(old) is not self._ids_of(row)):
-            del self._ids_of(old)[ident]
-        if row is None:
-            self.jobs.pop(ident, None)
+        if row is None:  # a job's lane and partition never change: only removal moves it
+            old = self.jobs.pop(ident, None)
+            if old is not None:
+                del self._ids_of(old)[ident]
             return
         self.jobs[ident] = row
         self._ids_of(row)[ident] = None
@@ -231,9 +230,7 @@ class MemoryStore(Store):
         while len(page) < limit and i < len(queued):
             ident = queued[i][2]
             job = jobs.get(ident)
-            if job is not None and job.status == _PENDING and job.lane == _FAST and (
-                job.partition == partition
-            ):
+            if job is not None and job.status == _PENDING:  # lane and partition are fixed
                 page.append(job)
                 i += 1
             else:  # the row left the queue since it was put in
