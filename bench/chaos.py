@@ -23,8 +23,9 @@ from tests.chaos.harness import Config, run_chaos  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--minutes", type=float, default=15.0, help="fault window")
     parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
@@ -43,10 +44,18 @@ def main() -> int:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="jobledger-chaos-"))
     config = Config(
-        args.store, jobs=args.jobs, seconds=args.minutes * 60, workdir=workdir,
-        workers=args.workers, keys=args.keys, batch=args.batch, kill_every_s=args.kill_every,
-        terminate_every_s=args.terminate_every, hangs=args.hangs,
-        broker_restarts=args.broker_restarts, pg_restart=not args.no_pg_restart,
+        args.store,
+        jobs=args.jobs,
+        seconds=args.minutes * 60,
+        workdir=workdir,
+        workers=args.workers,
+        keys=args.keys,
+        batch=args.batch,
+        kill_every_s=args.kill_every,
+        terminate_every_s=args.terminate_every,
+        hangs=args.hangs,
+        broker_restarts=args.broker_restarts,
+        pg_restart=not args.no_pg_restart,
         drain_timeout_s=args.drain_timeout,
     )
     summary = asyncio.run(run_chaos(config))

@@ -69,8 +69,10 @@ async def enqueue_noops(engine: Engine, jobs: int) -> None:
     for start in range(0, jobs, 1000):
         async with engine.transaction() as tx:
             await engine.enqueue_many(
-                [NewJob("bench:noop", None, key=f"k{i}")
-                 for i in range(start, min(start + 1000, jobs))],
+                [
+                    NewJob("bench:noop", None, key=f"k{i}")
+                    for i in range(start, min(start + 1000, jobs))
+                ],
                 tx=tx,
             )
 
@@ -106,11 +108,16 @@ async def engine_drain(kind: str, tmp: Path, jobs: int, mode: str) -> float:
         stall = max(LAGS, default=0.0) * 1000
         LAGS.clear()
         await runtime.stop()
-        server = (f" its PostgreSQL backends {server_used / jobs * 1e6:.0f} µs CPU/job,"
-                  if kind == "postgres" else "")
-        print(f"  engine {mode:14s} {jobs / elapsed:10,.0f} jobs/s  ({elapsed:.2f} s,"
-              f" {commits} commits, this process {cpu / jobs * 1e6:.0f} µs CPU/job,{server}"
-              f" longest event-loop stall {stall:.0f} ms)")
+        server = (
+            f" its PostgreSQL backends {server_used / jobs * 1e6:.0f} µs CPU/job,"
+            if kind == "postgres"
+            else ""
+        )
+        print(
+            f"  engine {mode:14s} {jobs / elapsed:10,.0f} jobs/s  ({elapsed:.2f} s,"
+            f" {commits} commits, this process {cpu / jobs * 1e6:.0f} µs CPU/job,{server}"
+            f" longest event-loop stall {stall:.0f} ms)"
+        )
         return jobs / elapsed
 
 
@@ -125,7 +132,7 @@ def backend_ticks(pids: list[int]) -> dict[int, int]:
             text = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        fields = text[text.rfind(")") + 2:].split()
+        fields = text[text.rfind(")") + 2 :].split()
         ticks[pid] = int(fields[11]) + int(fields[12])  # utime + stime
     return ticks
 
@@ -195,8 +202,9 @@ async def raw_postgres(jobs: int) -> float:
     table = f"raw_{uuid.uuid4().hex[:8]}"
     async with await psycopg.AsyncConnection.connect(SERVER, autocommit=True) as conn:
         await conn.execute(f"CREATE UNLOGGED TABLE {table} (id bigserial primary key, p text)")
-        await conn.execute(f"INSERT INTO {table} (p) SELECT 'x' FROM generate_series(1, %s)",
-                           (jobs,))
+        await conn.execute(
+            f"INSERT INTO {table} (p) SELECT 'x' FROM generate_series(1, %s)", (jobs,)
+        )
         began = time.perf_counter()
         drained = 0
         while True:
@@ -217,8 +225,7 @@ async def raw_postgres(jobs: int) -> float:
 # --- several pods: one process each, 64 / N partitions each --------------------------
 
 
-def _pod_process(dsn: str, schema: str, mode: str, pod: str, ready: Any, go: Any,
-                 out: Any) -> None:
+def _pod_process(dsn: str, schema: str, mode: str, pod: str, ready: Any, go: Any, out: Any) -> None:
     """One pod in its own process: a Runtime on the shared schema with the no-op target;
     it reports its CPU seconds once the parent says stop."""
     from jobledger.storage.postgres import PostgresStore
@@ -276,9 +283,12 @@ async def pods_drain(jobs: int, mode: str, pods: int) -> float:
             await store.heartbeat(name, engine.clock.now())
         go, out = _Go(ctx), ctx.Queue()
         readies = [ctx.Event() for _ in names]
-        procs = [ctx.Process(target=_pod_process,
-                             args=(store.dsn, store.schema, mode, name, ready, go, out))
-                 for name, ready in zip(names, readies, strict=True)]
+        procs = [
+            ctx.Process(
+                target=_pod_process, args=(store.dsn, store.schema, mode, name, ready, go, out)
+            )
+            for name, ready in zip(names, readies, strict=True)
+        ]
         for proc in procs:
             proc.start()
         for ready in readies:
@@ -297,9 +307,11 @@ async def pods_drain(jobs: int, mode: str, pods: int) -> float:
             proc.join(timeout=60)
         pod_cpu = sum(cpu for _, cpu, _ in reports)
         shares = "/".join(str(owned) for _, _, owned in sorted(reports))
-        print(f"  engine {mode:14s} {jobs / elapsed:10,.0f} jobs/s  ({elapsed:.2f} s, {pods} pods"
-              f" owning {shares} partitions, pods {pod_cpu / jobs * 1e6:.0f} µs CPU/job,"
-              f" their PostgreSQL backends {server_used / jobs * 1e6:.0f} µs CPU/job)")
+        print(
+            f"  engine {mode:14s} {jobs / elapsed:10,.0f} jobs/s  ({elapsed:.2f} s, {pods} pods"
+            f" owning {shares} partitions, pods {pod_cpu / jobs * 1e6:.0f} µs CPU/job,"
+            f" their PostgreSQL backends {server_used / jobs * 1e6:.0f} µs CPU/job)"
+        )
         return jobs / elapsed
 
 
@@ -307,13 +319,19 @@ async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--pods", type=int, default=1,
-                        help="worker processes (PostgreSQL only); 1: the pod runs in this process")
+    parser.add_argument(
+        "--pods",
+        type=int,
+        default=1,
+        help="worker processes (PostgreSQL only); 1: the pod runs in this process",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         print(f"{args.store}: drain of {args.jobs} no-op jobs")
-        raw = raw_sqlite(tmp, args.jobs) if args.store == "sqlite" else await raw_postgres(args.jobs)
+        raw = (
+            raw_sqlite(tmp, args.jobs) if args.store == "sqlite" else await raw_postgres(args.jobs)
+        )
         results: dict[str, Any] = {}
         for mode in ("at_least_once", "at_most_once"):
             if args.pods > 1 and args.store == "postgres":

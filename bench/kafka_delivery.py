@@ -92,9 +92,17 @@ async def enqueue(engine: Engine, target: str, work: list[tuple[str, int]]) -> N
     for start in range(0, len(work), 1000):
         async with engine.transaction() as tx:
             await engine.enqueue_many(
-                [NewJob(target, payload(k, v), key=k, version=v, dedupe_key=f"{k}:{v}",
-                        headers={"event_id": f"{k}:{v}"})
-                 for k, v in work[start:start + 1000]],
+                [
+                    NewJob(
+                        target,
+                        payload(k, v),
+                        key=k,
+                        version=v,
+                        dedupe_key=f"{k}:{v}",
+                        headers={"event_id": f"{k}:{v}"},
+                    )
+                    for k, v in work[start : start + 1000]
+                ],
                 tx=tx,
             )
 
@@ -126,8 +134,13 @@ async def leftover(store: Store) -> dict[str, int]:
 
 
 async def engine_run(
-    kind: str, tmp: Path, bootstrap: str | None, topic: str, mode: str,
-    work: list[tuple[str, int]], profile: cProfile.Profile | None = None,
+    kind: str,
+    tmp: Path,
+    bootstrap: str | None,
+    topic: str,
+    mode: str,
+    work: list[tuple[str, int]],
+    profile: cProfile.Profile | None = None,
 ) -> tuple[float, float, dict[str, int]]:
     """Drain `work` through Engine + Runtime. `bootstrap` None: the same target name with
     a no-op handler instead of Kafka (the engine's own ceiling on this machine).
@@ -139,6 +152,7 @@ async def engine_run(
         if bootstrap is not None:
             kafka = install_kafka(engine, [], bootstrap=bootstrap)
         else:
+
             async def noop(job: Job) -> None:
                 return None
 
@@ -198,7 +212,11 @@ class Figures:
 
 
 async def one_round(
-    args: argparse.Namespace, broker: Tansu, tmp: Path, n: int, work: list[tuple[str, int]],
+    args: argparse.Namespace,
+    broker: Tansu,
+    tmp: Path,
+    n: int,
+    work: list[tuple[str, int]],
     profile: cProfile.Profile | None,
 ) -> Figures:
     """raw, engine + Kafka, no-op engine: their figures, printed as they come."""
@@ -208,27 +226,37 @@ async def one_round(
     got = Figures()
     raw_s, raw_cpu = await raw(broker.bootstrap, raw_topic, work)
     record(got, "raw", raw_s, raw_cpu, work)
-    print(f"  raw aiokafka, batched  {got.rate['raw']:10,.0f} records/s  ({raw_s:.2f} s,"
-          f" {got.cpu_us['raw']:.0f} µs CPU/record here)")
+    print(
+        f"  raw aiokafka, batched  {got.rate['raw']:10,.0f} records/s  ({raw_s:.2f} s,"
+        f" {got.cpu_us['raw']:.0f} µs CPU/record here)"
+    )
     for path, bootstrap in (("kafka", broker.bootstrap), ("noop", None)):
         topic = engine_topic if bootstrap else f"bench.noop.{n}"
         elapsed, cpu, left = await engine_run(
-            args.store, tmp / f"{path}{n}", bootstrap, topic, args.mode, work,
+            args.store,
+            tmp / f"{path}{n}",
+            bootstrap,
+            topic,
+            args.mode,
+            work,
             profile if args.profile == path else None,
         )
         record(got, path, elapsed, cpu, work)
         label = "engine kafka target   " if bootstrap else "engine no-op target   "
-        print(f"  {label} {got.rate[path]:10,.0f} jobs/s     ({elapsed:.2f} s,"
-              f" {got.cpu_us[path]:.0f} µs CPU/record here)"
-              + (f"  LEFT IN THE QUEUE: {left}" if left else ""))
+        print(
+            f"  {label} {got.rate[path]:10,.0f} jobs/s     ({elapsed:.2f} s,"
+            f" {got.cpu_us[path]:.0f} µs CPU/record here)"
+            + (f"  LEFT IN THE QUEUE: {left}" if left else "")
+        )
     print_ratios(got.ratios())
     print(f"  raw:    {await check_order(broker.bootstrap, raw_topic, len(work))}")
     print(f"  engine: {await check_order(broker.bootstrap, engine_topic, len(work))}")
     return got
 
 
-def record(got: Figures, path: str, wall_s: float, cpu_s: float,
-           work: list[tuple[str, int]]) -> None:
+def record(
+    got: Figures, path: str, wall_s: float, cpu_s: float, work: list[tuple[str, int]]
+) -> None:
     """This process's CPU time is per record and excludes the broker's: close to the wall
     time per record when the Python side is the bottleneck."""
     got.rate[path] = len(work) / wall_s
@@ -236,8 +264,9 @@ def record(got: Figures, path: str, wall_s: float, cpu_s: float,
 
 
 def print_ratios(ratios: dict[str, float], prefix: str = "") -> None:
-    print(f"  {prefix}ratio " + ", ".join(f"{name} = {value:.3f}"
-                                          for name, value in ratios.items()))
+    print(
+        f"  {prefix}ratio " + ", ".join(f"{name} = {value:.3f}" for name, value in ratios.items())
+    )
 
 
 def print_medians(rounds: list[Figures]) -> None:
@@ -245,11 +274,14 @@ def print_medians(rounds: list[Figures]) -> None:
     ran minutes apart at most, so its ratios see the same machine load)."""
     rate = {p: statistics.median(r.rate[p] for r in rounds) for p in PATHS}
     cpu = {p: statistics.median(r.cpu_us[p] for r in rounds) for p in PATHS}
-    print(f"median of {len(rounds)}: " + ", ".join(
-        f"{p} {rate[p]:,.0f}/s {cpu[p]:.0f} µs CPU" for p in PATHS))
+    print(
+        f"median of {len(rounds)}: "
+        + ", ".join(f"{p} {rate[p]:,.0f}/s {cpu[p]:.0f} µs CPU" for p in PATHS)
+    )
     per_round = [r.ratios() for r in rounds]
-    print_ratios({name: statistics.median(r[name] for r in per_round)
-                  for name in per_round[0]}, "median ")
+    print_ratios(
+        {name: statistics.median(r[name] for r in per_round) for name in per_round[0]}, "median "
+    )
 
 
 async def main(argv: list[str]) -> int:
@@ -258,18 +290,24 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=8, help="Kafka topic partitions")
-    parser.add_argument("--mode", choices=["at_least_once", "at_most_once"],
-                        default="at_least_once")
+    parser.add_argument(
+        "--mode", choices=["at_least_once", "at_most_once"], default="at_least_once"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="medians over this many rounds")
-    parser.add_argument("--profile", choices=["kafka", "noop"],
-                        help="cProfile that engine path (top functions by own time)")
+    parser.add_argument(
+        "--profile",
+        choices=["kafka", "noop"],
+        help="cProfile that engine path (top functions by own time)",
+    )
     args = parser.parse_args(argv)
     work = items(args.jobs, args.keys)
     profile = cProfile.Profile() if args.profile else None
     with tempfile.TemporaryDirectory() as tmp:
         async with Tansu.running(Path(tmp)) as broker:
-            print(f"{len(work)} records, {args.keys} keys, {args.partitions} Kafka partitions,"
-                  f" store={args.store}, mode={args.mode}, tansu on {broker.bootstrap}")
+            print(
+                f"{len(work)} records, {args.keys} keys, {args.partitions} Kafka partitions,"
+                f" store={args.store}, mode={args.mode}, tansu on {broker.bootstrap}"
+            )
             rounds = []
             for n in range(args.rounds):
                 if args.rounds > 1:

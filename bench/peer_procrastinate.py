@@ -133,14 +133,18 @@ async def peer_drain(jobs: int, concurrency: int) -> dict[str, Any]:
 
     try:
         for start in range(0, jobs, CHUNK):
-            await noop.batch_defer_async(*({"i": i} for i in range(start, min(start + CHUNK, jobs))))
+            await noop.batch_defer_async(
+                *({"i": i} for i in range(start, min(start + CHUNK, jobs)))
+            )
         began = time.perf_counter()
-        await app.run_worker_async(concurrency=concurrency, wait=False,
-                                   install_signal_handlers=False)
+        await app.run_worker_async(
+            concurrency=concurrency, wait=False, install_signal_handlers=False
+        )
         elapsed = time.perf_counter() - began
         async with app.connector.pool.connection() as conn:
-            cur = await conn.execute("SELECT count(*) FROM procrastinate_jobs"
-                                     " WHERE status = 'succeeded'")
+            cur = await conn.execute(
+                "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+            )
             row = await cur.fetchone()
         assert done == jobs and row is not None and row[0] == jobs, (done, row)
     finally:
@@ -227,7 +231,10 @@ async def peer_main(args: argparse.Namespace) -> None:
 def run_peer(python: str, side: str, *extra: str) -> dict[str, Any]:
     proc = subprocess.run(
         [python, str(Path(__file__).resolve()), "--peer-side", side, *extra],
-        capture_output=True, text=True, check=False, timeout=900,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
     )
     if proc.returncode != 0:
         raise SystemExit(f"Procrastinate side {side} failed:\n{proc.stderr}")
@@ -263,8 +270,12 @@ async def jl_drain(jobs: int, mode: str) -> dict[str, Any]:
         for start in range(0, jobs, CHUNK):
             async with engine.transaction() as tx:
                 await engine.enqueue_many(
-                    [NewJob("bench:noop", {"i": i}, key=f"k{i}")
-                     for i in range(start, min(start + CHUNK, jobs))], tx=tx)
+                    [
+                        NewJob("bench:noop", {"i": i}, key=f"k{i}")
+                        for i in range(start, min(start + CHUNK, jobs))
+                    ],
+                    tx=tx,
+                )
         lane = engine.targets.get("bench:noop").lane
         runtime = Runtime(engine, pod_id="peer-bench")
         began = time.perf_counter()
@@ -366,8 +377,9 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
             version = res["version"]
         loads.append(loadavg())
     print(f"load average (1/5/15 min) after each round: {' | '.join(loads[1:])}")
-    print(f"versions: jobledger (this tree), procrastinate {version},"
-          f" python {sys.version.split()[0]}")
+    print(
+        f"versions: jobledger (this tree), procrastinate {version}, python {sys.version.split()[0]}"
+    )
     print(f"medians over {args.rounds} rounds, sides alternating")
 
     if "drain" in args.only:
@@ -385,38 +397,53 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
                 print(f"  ratio jobledger {mode} / procrastinate c={c}: {ratio:.2f}x")
         print(f"  (procrastinate's best concurrency here: {best_c}, {best:,.0f} jobs/s)")
     if "wake" in args.only:
-        print(f"(2) commit → handler, idle worker, {args.samples} samples x {args.rounds} rounds,"
-              f" {args.gap * 1000:.0f} ms apart")
+        print(
+            f"(2) commit → handler, idle worker, {args.samples} samples x {args.rounds} rounds,"
+            f" {args.gap * 1000:.0f} ms apart"
+        )
         stats: dict[str, tuple[float, float]] = {}
         for side, rounds in (("jobledger", jl["wake"]), ("procrastinate", pr["wake"])):
             p50 = statistics.median(statistics.median(x["ms"]) for x in rounds)
             p99 = statistics.median(pct(x["ms"], 0.99) for x in rounds)
             stats[side] = (p50, p99)
             slow = sum(1 for x in rounds for v in x["ms"] if v > 1000)
-            print(f"  {side:13s} p50 {p50:8.2f} ms   p99 {p99:8.2f} ms"
-                  f"   ({slow} of {args.samples * args.rounds} samples over 1 s)")
+            print(
+                f"  {side:13s} p50 {p50:8.2f} ms   p99 {p99:8.2f} ms"
+                f"   ({slow} of {args.samples * args.rounds} samples over 1 s)"
+            )
         (j50, j99), (p50, p99) = stats["jobledger"], stats["procrastinate"]
         print(f"  ratio jobledger / procrastinate: p50 {j50 / p50:.2f}x   p99 {j99 / p99:.2f}x")
     if "tx" in args.only:
-        print(f"(3) one enqueue in the caller's transaction with a business row,"
-              f" median per transaction ({args.single} per round)")
+        print(
+            f"(3) one enqueue in the caller's transaction with a business row,"
+            f" median per transaction ({args.single} per round)"
+        )
         for side, rounds in (("jobledger", jl["tx"]), ("procrastinate", pr["tx"])):
             raw, ms = med(rounds, "raw_ms"), med(rounds, "ms")
-            print(f"  {side:13s} raw BEGIN;INSERT;COMMIT {raw:6.2f} ms   + enqueue {ms:6.2f} ms"
-                  f"   ({ms / raw:.2f}x its raw)")
+            print(
+                f"  {side:13s} raw BEGIN;INSERT;COMMIT {raw:6.2f} ms   + enqueue {ms:6.2f} ms"
+                f"   ({ms / raw:.2f}x its raw)"
+            )
         ratio = med(jl["tx"], "ms") / med(pr["tx"], "ms")
         print(f"  ratio jobledger / procrastinate: {ratio:.2f}x")
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON"),
-                        help="interpreter of a venv with procrastinate (or PEER_PYTHON)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--peer-python",
+        default=os.environ.get("PEER_PYTHON"),
+        help="interpreter of a venv with procrastinate (or PEER_PYTHON)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2000, help="drain: jobs per drain")
-    parser.add_argument("--peer-concurrency", default="1,30",
-                        help="drain: Procrastinate worker concurrencies to try")
+    parser.add_argument(
+        "--peer-concurrency",
+        default="1,30",
+        help="drain: Procrastinate worker concurrencies to try",
+    )
     parser.add_argument("--samples", type=int, default=200, help="wake: samples per round")
     parser.add_argument("--gap", type=float, default=0.05, help="wake: seconds between samples")
     parser.add_argument("--single", type=int, default=600, help="tx: transactions per round")
@@ -429,14 +456,20 @@ def main(argv: list[str]) -> int:
         return 0
     peer = args.peer_python
     if not peer or not Path(peer).exists():
-        print(f"no Procrastinate interpreter (--peer-python / PEER_PYTHON: {peer!r}).\n\n"
-              + SETUP_HELP, file=sys.stderr)
+        print(
+            f"no Procrastinate interpreter (--peer-python / PEER_PYTHON: {peer!r}).\n\n"
+            + SETUP_HELP,
+            file=sys.stderr,
+        )
         return 2
-    check = subprocess.run([peer, "-c", "import procrastinate, psycopg"],
-                           capture_output=True, text=True, check=False)
+    check = subprocess.run(
+        [peer, "-c", "import procrastinate, psycopg"], capture_output=True, text=True, check=False
+    )
     if check.returncode != 0:
-        print(f"{peer} cannot import procrastinate/psycopg:\n{check.stderr}\n" + SETUP_HELP,
-              file=sys.stderr)
+        print(
+            f"{peer} cannot import procrastinate/psycopg:\n{check.stderr}\n" + SETUP_HELP,
+            file=sys.stderr,
+        )
         return 2
     asyncio.run(driver(args, peer))
     return 0

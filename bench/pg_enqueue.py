@@ -64,8 +64,13 @@ async def single(n: int) -> None:
 
         async def raw_same_rows(i: int) -> None:
             n = next(copies)
-            params = {"position": n, "stream": f"job:raw{n}", "id": f"raw{n}",
-                      "from": f"job:{template.job_id}", "template": template.job_id}
+            params = {
+                "position": n,
+                "stream": f"job:raw{n}",
+                "id": f"raw{n}",
+                "from": f"job:{template.job_id}",
+                "template": template.job_id,
+            }
             async with store.pool.connection() as conn, conn.transaction():
                 await conn.execute(business, (i, "x"))
                 await conn.execute(same_rows, params)
@@ -75,8 +80,12 @@ async def single(n: int) -> None:
                 await tx.native.execute(business, (i, "x"))
                 await eng.enqueue("kafka:bench", {"n": i}, key=f"k{i % 100}", tx=tx)
 
-        phases: dict[str, list[float]] = {"BEGIN": [], "INSERT business": [],
-                                          "engine.enqueue": [], "COMMIT": []}
+        phases: dict[str, list[float]] = {
+            "BEGIN": [],
+            "INSERT business": [],
+            "engine.enqueue": [],
+            "COMMIT": [],
+        }
 
         async def with_job_split(i: int) -> None:
             """The same transaction with explicit BEGIN/COMMIT, each step timed."""
@@ -104,8 +113,10 @@ async def single(n: int) -> None:
         async def raw_split(i: int) -> None:
             async with store.pool.connection() as conn:
                 for samples, sql, params in zip(
-                    raw_phases.values(), ("BEGIN", business, "COMMIT"),
-                    (None, (i, "x"), None), strict=True,
+                    raw_phases.values(),
+                    ("BEGIN", business, "COMMIT"),
+                    (None, (i, "x"), None),
+                    strict=True,
                 ):
                     started = time.perf_counter()
                     await conn.execute(sql, params)
@@ -131,7 +142,9 @@ async def single(n: int) -> None:
         print(line("raw + the same job row and event by plain SQL", median_ms(rows), "ms"))
         print(line("store: same + engine.enqueue (append_in + NOTIFY)", o, "ms"))
         print(line("ratio raw + round trip / raw", r / b, "x"))
-        print(line("ratio raw + same rows / raw (the cost of writing them)", median_ms(rows) / b, "x"))
+        print(
+            line("ratio raw + same rows / raw (the cost of writing them)", median_ms(rows) / b, "x")
+        )
         print(line("ratio (goal <= 1.1)", o / b, "x"))
         print("    where the time goes (median per step; raw transaction | with the enqueue)")
         for name, samples in phases.items():
@@ -149,8 +162,9 @@ async def batches(n: int, size: int = 1000) -> None:
 
         def items(b: int) -> list[NewJob]:
             return [
-                NewJob("kafka:bench", {"n": i}, key=f"k{i % 500}", version=i,
-                       dedupe_key=f"b{b}-{i}")
+                NewJob(
+                    "kafka:bench", {"n": i}, key=f"k{i % 500}", version=i, dedupe_key=f"b{b}-{i}"
+                )
                 for i in range(size)
             ]
 
@@ -189,16 +203,22 @@ async def batches(n: int, size: int = 1000) -> None:
         def _adapt(value: object, wrap: type[Json | Jsonb] = Jsonb) -> object:
             return wrap(value) if isinstance(value, dict) else value
 
-        insert = (f"INSERT INTO {s}.raw_jobs ({', '.join(job_cols)}) VALUES"
-                  f" ({', '.join(['%s'] * len(job_cols))})")
+        insert = (
+            f"INSERT INTO {s}.raw_jobs ({', '.join(job_cols)}) VALUES"
+            f" ({', '.join(['%s'] * len(job_cols))})"
+        )
 
         async def raw_many(b: int) -> None:
             data = raw_jobs(b)
             async with store.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 await cur.executemany(insert, data)
 
-        async def copy(cur: psycopg.AsyncCursor[Any], table: str, cols: list[str],
-                       data: list[tuple[object, ...]]) -> None:
+        async def copy(
+            cur: psycopg.AsyncCursor[Any],
+            table: str,
+            cols: list[str],
+            data: list[tuple[object, ...]],
+        ) -> None:
             async with cur.copy(f"COPY {s}.{table} ({', '.join(cols)}) FROM STDIN") as cp:
                 for r in data:
                     await cp.write_row(r)
@@ -214,8 +234,12 @@ async def batches(n: int, size: int = 1000) -> None:
                 await copy(cur, "raw_jobs", job_cols, jobs)
                 await copy(cur, "raw_events", event_cols, log)
 
-        runs = {"executemany": raw_many, "copy": raw_copy, "copy both": raw_copy_both,
-                "store": ours}
+        runs = {
+            "executemany": raw_many,
+            "copy": raw_copy,
+            "copy both": raw_copy_both,
+            "store": ours,
+        }
         spent = dict.fromkeys(runs, 0.0)
         for b in range(n):  # interleaved, so drift and other load hit every variant alike
             for name, fn in runs.items():
@@ -227,10 +251,17 @@ async def batches(n: int, size: int = 1000) -> None:
         print(line("raw executemany of the job rows (pipeline)", results["executemany"], "rows/s"))
         print(line("raw COPY of the job rows", results["copy"], "rows/s"))
         print(line("raw COPY of the job rows and their events", results["copy both"], "jobs/s"))
-        print(line("store: engine.enqueue_many (events + rows + NOTIFY)", results["store"], "jobs/s"))
+        print(
+            line("store: engine.enqueue_many (events + rows + NOTIFY)", results["store"], "jobs/s")
+        )
         print(line("ratio store / raw COPY", results["store"] / results["copy"], "x"))
-        print(line("ratio store / raw COPY of rows and events",
-                   results["store"] / results["copy both"], "x"))
+        print(
+            line(
+                "ratio store / raw COPY of rows and events",
+                results["store"] / results["copy both"],
+                "x",
+            )
+        )
         print(line("ratio store / raw executemany", results["store"] / results["executemany"], "x"))
 
 

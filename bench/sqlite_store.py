@@ -26,8 +26,13 @@ def change(clock: FakeClock, n: int, key: str | None = None) -> jobs.Change:
     ident = new_id(int(clock.now().timestamp() * 1000))
     dedupe = f"d-{ident}"
     return jobs.enqueued(
-        job_id=ident, spec=NewJob("fast:t", {"n": n}, key=key), code="fast:t", lane=Lane.FAST,
-        partition=partition_of(key, dedupe), dedupe_key=dedupe, stamp=Stamp(clock.now()),
+        job_id=ident,
+        spec=NewJob("fast:t", {"n": n}, key=key),
+        code="fast:t",
+        lane=Lane.FAST,
+        partition=partition_of(key, dedupe),
+        dedupe_key=dedupe,
+        stamp=Stamp(clock.now()),
     )
 
 
@@ -131,24 +136,31 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        for writers in ((1, 4) if args.writes else ()):
-            inline = await writes(base / f"inline{writers}.db", offload=False, n=args.n,
-                                  writers=writers)
-            threaded = await writes(base / f"threaded{writers}.db", offload=True, n=args.n,
-                                    writers=writers)
+        for writers in (1, 4) if args.writes else ():
+            inline = await writes(
+                base / f"inline{writers}.db", offload=False, n=args.n, writers=writers
+            )
+            threaded = await writes(
+                base / f"threaded{writers}.db", offload=True, n=args.n, writers=writers
+            )
             print(f"\n{writers} writer(s) + 1 reader, {args.n} single-change commits")
             for name in inline:
                 ratio = threaded[name] / inline[name] if inline[name] else float("nan")
-                print(f"  {name:14} inline {inline[name]:9.2f}  offload {threaded[name]:9.2f}"
-                      f"  offload/inline {ratio:5.2f}")
+                print(
+                    f"  {name:14} inline {inline[name]:9.2f}  offload {threaded[name]:9.2f}"
+                    f"  offload/inline {ratio:5.2f}"
+                )
         sizes = [1_000, 10_000, 100_000]
         flat = await flatness(base / "flat.db", sizes)
         print("\nmedian ms by PENDING backlog (rows spread on 64 partitions)")
         for size in sizes:
             read, due = flat[size]
-            print(f"  {size:>7} rows  fast_pending(limit 10) {read:.3f} ms"
-                  f" (x{read / flat[sizes[0]][0]:.2f})  next_due(64) {due:.3f} ms"
-                  f" (x{due / flat[sizes[0]][1]:.2f})")
+            print(
+                f"  {size:>7} rows  fast_pending(limit 10) {read:.3f} ms"
+                f" (x{read / flat[sizes[0]][0]:.2f})  next_due(64) {due:.3f} ms"
+                f" (x{due / flat[sizes[0]][1]:.2f})"
+            )
+
 
 if __name__ == "__main__":
     asyncio.run(main())

@@ -119,15 +119,20 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--samples", type=int, default=300)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmpdir:
-        raw = await (raw_notify(args.samples) if args.store == "postgres"
-                     else raw_event(args.samples))
+        raw = await (
+            raw_notify(args.samples) if args.store == "postgres" else raw_event(args.samples)
+        )
         eng = await engine_latency(args.store, Path(tmpdir), args.samples)
     name = "LISTEN/NOTIFY round trip" if args.store == "postgres" else "asyncio.Event wake"
     print(f"{args.store}: commit → handler over {args.samples} samples")
     print(f"  raw {name:26s} p50 {statistics.median(raw):7.3f} ms  p99 {pct(raw, 0.99):7.3f} ms")
-    print(f"  engine                        p50 {statistics.median(eng):7.3f} ms"
-          f"  p99 {pct(eng, 0.99):7.3f} ms")
-    print(f"  ratio engine/raw p50 {statistics.median(eng) / max(statistics.median(raw), 1e-9):.1f}x")
+    print(
+        f"  engine                        p50 {statistics.median(eng):7.3f} ms"
+        f"  p99 {pct(eng, 0.99):7.3f} ms"
+    )
+    print(
+        f"  ratio engine/raw p50 {statistics.median(eng) / max(statistics.median(raw), 1e-9):.1f}x"
+    )
     return 0
 
 

@@ -16,7 +16,9 @@ def factory(name: str) -> Any:
     return importlib.import_module(f"tests.factories.{name}").make_store
 
 
-def make_store(name: str, tmp_path: Path, partitions: int = 64) -> AbstractAsyncContextManager[Store]:
+def make_store(
+    name: str, tmp_path: Path, partitions: int = 64
+) -> AbstractAsyncContextManager[Store]:
     maker = factory(name)
     result: AbstractAsyncContextManager[Store] = maker(tmp_path, partitions)
     return result

@@ -85,20 +85,24 @@ class Tansu:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    str(self.binary), "broker",
-                    "--listener-url", url,
-                    "--advertised-listener-url", url,
-                    "--storage-engine", "memory://tansu/",
+                    str(self.binary),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
                 ],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         self.frozen = False
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"tansu exited with {self.proc.returncode}: {self.log_tail()}"
-                )
+                raise RuntimeError(f"tansu exited with {self.proc.returncode}: {self.log_tail()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return
@@ -170,9 +174,7 @@ async def tansu_fixture(tmp_path: Path) -> AsyncIterator[Tansu]:
         broker.kill()
 
 
-async def consume(
-    bootstrap: str, topic: str, count: int, *, timeout_s: float = 10.0
-) -> list[Any]:
+async def consume(bootstrap: str, topic: str, count: int, *, timeout_s: float = 10.0) -> list[Any]:
     """Read `count` records of `topic` from the start (fewer if `timeout_s` runs out),
     in partition-then-offset order. The consumer is always stopped."""
     from aiokafka import AIOKafkaConsumer

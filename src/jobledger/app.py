@@ -75,7 +75,9 @@ class App:
 
         if self.kafka is not None:
             raise RuntimeError("use_kafka() was already called")
-        self.kafka = install_kafka(self.engine, events, bootstrap=options.pop("bootstrap", None), **options)
+        self.kafka = install_kafka(
+            self.engine, events, bootstrap=options.pop("bootstrap", None), **options
+        )
         self.runtime.services.append(self.kafka)
         return self.kafka
 
@@ -192,13 +194,25 @@ def build(
         scheduler,
         stats_reactor(engine),
         Retention.for_engine(engine),
-        LogArchive(store, settings.log_archive_dir, retention_days=settings.log_retention_days,
-                   clock=engine.clock),
+        LogArchive(
+            store,
+            settings.log_archive_dir,
+            retention_days=settings.log_retention_days,
+            clock=engine.clock,
+        ),
     ]
     runtime = Runtime(engine, pod_id=pod_id, reactors=reactors)
     keys, generated = _keys(settings, api_keys)
-    app = App(settings, store, engine, scheduler, runtime, keys, generated,
-              lossy=install_lossy(engine, settings))
+    app = App(
+        settings,
+        store,
+        engine,
+        scheduler,
+        runtime,
+        keys,
+        generated,
+        lossy=install_lossy(engine, settings),
+    )
     if settings.kafka_target_topics:
         app.use_kafka(())
     return app

@@ -81,8 +81,9 @@ def enter_job(
 ) -> Token[RequestContext | None]:
     """Open the context a handler runs in: the enqueuer's trace, its actor `via: system`.
     Undo with `leave(token)`. (The lanes' form of `job_context`: no generator per run.)"""
-    return _current.set(RequestContext(_trace_of(trace_id, traceparent), traceparent,
-                                       _as_system(actor)))
+    return _current.set(
+        RequestContext(_trace_of(trace_id, traceparent), traceparent, _as_system(actor))
+    )
 
 
 def leave(token: Token[RequestContext | None]) -> None:

@@ -1,10 +1,10 @@
 """The engine facade business code talks to: register targets, enqueue in your transaction.
 
-    engine = Engine(SqliteStore("jobs.db"))
-    engine.targets.register("mail:welcome", "long", send_welcome, delivery_mode="at_least_once")
-    async with engine.transaction() as tx:
-        tx.native.execute("INSERT INTO users ...")          # your own write
-        await engine.enqueue("mail:welcome", {"user": 7}, key="user:7", tx=tx)
+engine = Engine(SqliteStore("jobs.db"))
+engine.targets.register("mail:welcome", "long", send_welcome, delivery_mode="at_least_once")
+async with engine.transaction() as tx:
+    tx.native.execute("INSERT INTO users ...")          # your own write
+    await engine.enqueue("mail:welcome", {"user": 7}, key="user:7", tx=tx)
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from jobledger.storage.port import Store, Transaction
 from jobledger.targets.registry import TargetRegistry
 
 logger = logging.getLogger("jobledger.enqueue")
+
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
@@ -106,7 +107,9 @@ class Engine:
                 results[index] = Enqueued(None, False)
                 continue
             seen.add(dedupe)
-            change = self.enqueued_change(item, job_id=job_id, stamp=stamp, traceparent=ctx.traceparent)
+            change = self.enqueued_change(
+                item, job_id=job_id, stamp=stamp, traceparent=ctx.traceparent
+            )
             changes.append(change)
             change_slots.append(index)
         if lossy:

@@ -62,8 +62,13 @@ TOPICS = (chaos_app.AMO_TOPIC, chaos_app.ALO_TOPIC)
 TOPIC_PARTITIONS = 4
 WORKER_APP_NAME = "chaos-worker"  # application_name of the workers' PostgreSQL backends
 PG_RESTART = ["pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart"]
-CLOSED = (EventType.JOB_SUCCEEDED, EventType.JOB_DEAD, EventType.JOB_SKIPPED,
-          EventType.JOB_CANCELLED, EventType.JOB_EXPIRED)
+CLOSED = (
+    EventType.JOB_SUCCEEDED,
+    EventType.JOB_DEAD,
+    EventType.JOB_SKIPPED,
+    EventType.JOB_CANCELLED,
+    EventType.JOB_EXPIRED,
+)
 
 
 def worker_env(bootstrap: str, slots: Path) -> dict[str, str]:
@@ -148,9 +153,17 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.amo_duplicates or self.alo_undelivered
-                    or self.order_violations or self.slot_errors or self.projection_diffs
-                    or self.chain_problems or self.crashes or self.jobs == 0)
+        return not (
+            self.lost
+            or self.amo_duplicates
+            or self.alo_undelivered
+            or self.order_violations
+            or self.slot_errors
+            or self.projection_diffs
+            or self.chain_problems
+            or self.crashes
+            or self.jobs == 0
+        )
 
     def problem(self, text: str) -> None:
         if len(self.problems) < 50:
@@ -241,13 +254,20 @@ class Recorder:
     async def _open(self) -> Any:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", request_timeout_ms=5000)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            request_timeout_ms=5000,
+        )
         await consumer.start()
         try:
             await consumer.topics()
-            tps = [TopicPartition(t, p) for t in TOPICS
-                   for p in sorted(consumer.partitions_for_topic(t) or ())]
+            tps = [
+                TopicPartition(t, p)
+                for t in TOPICS
+                for p in sorted(consumer.partitions_for_topic(t) or ())
+            ]
             if len(tps) != len(TOPICS) * TOPIC_PARTITIONS:
                 raise RuntimeError(f"topics not ready: {tps}")
             consumer.assign(tps)
@@ -282,11 +302,17 @@ class Recorder:
                         continue
                     self.next_offset[key] = r.offset + 1
                     headers = {k: v.decode() for k, v in (r.headers or ())}
-                    self.records.append(Delivered(
-                        tp.topic, tp.partition, r.offset, self.generation,
-                        r.key.decode() if r.key is not None else None,
-                        headers.get("event_id"), json.loads(r.value) if r.value else None,
-                    ))
+                    self.records.append(
+                        Delivered(
+                            tp.topic,
+                            tp.partition,
+                            r.offset,
+                            self.generation,
+                            r.key.decode() if r.key is not None else None,
+                            headers.get("event_id"),
+                            json.loads(r.value) if r.value else None,
+                        )
+                    )
 
     async def caught_up(self, timeout_s: float) -> bool:
         """Wait until every partition was read up to its end offset (as of each check)."""
@@ -299,8 +325,10 @@ class Recorder:
                 try:
                     tps = [TopicPartition(t, p) for t in TOPICS for p in range(TOPIC_PARTITIONS)]
                     ends = await asyncio.wait_for(consumer.end_offsets(tps), 5)
-                    if all(self.next_offset.get((tp.topic, tp.partition), 0) >= end
-                           for tp, end in ends.items()):
+                    if all(
+                        self.next_offset.get((tp.topic, tp.partition), 0) >= end
+                        for tp, end in ends.items()
+                    ):
                         return True
                 except Exception as exc:
                     logger.info("recorder end offsets: %r", exc)
@@ -329,8 +357,10 @@ def job_item(i: int, keys: int) -> tuple[str, int, NewJob]:
 async def create_business_table(store: Store) -> None:
     async with store.transaction() as tx:
         conn = native_handle(tx)
-        sql = ("CREATE TABLE IF NOT EXISTS chaos_business"
-               " (key TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (key, version))")
+        sql = (
+            "CREATE TABLE IF NOT EXISTS chaos_business"
+            " (key TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (key, version))"
+        )
         if isinstance(conn, sqlite3.Connection):
             conn.execute(sql)
         else:
@@ -362,8 +392,10 @@ async def business_rows(store: Store) -> set[tuple[str, int]]:
 async def drive(engine: Engine, config: Config, summary: Summary) -> float:
     """Commit every job in business transactions, paced over 75 % of the window;
     returns the monotonic time of the last commit."""
-    batches = [list(range(i, min(i + config.batch, config.jobs)))
-               for i in range(0, config.jobs, config.batch)]
+    batches = [
+        list(range(i, min(i + config.batch, config.jobs)))
+        for i in range(0, config.jobs, config.batch)
+    ]
     pace = config.seconds * 0.75 / max(len(batches), 1)
     t0 = time.monotonic()
     for n, batch in enumerate(batches):
@@ -389,8 +421,15 @@ async def drive(engine: Engine, config: Config, summary: Summary) -> float:
 
 
 class Faults:
-    def __init__(self, config: Config, workers: Workers, broker: Tansu, recorder: Recorder,
-                 url: str, summary: Summary) -> None:
+    def __init__(
+        self,
+        config: Config,
+        workers: Workers,
+        broker: Tansu,
+        recorder: Recorder,
+        url: str,
+        summary: Summary,
+    ) -> None:
         self.config = config
         self.workers = workers
         self.broker = broker
@@ -424,8 +463,10 @@ class Faults:
         for name in missing:
             if self.failed_boot(name):
                 self.summary.boot_hangs += 1
-                self.summary.problem(f"worker {name}: App.start failed and the process hangs"
-                                     " (known bug, tests/chaos/test_boot_fault.py)")
+                self.summary.problem(
+                    f"worker {name}: App.start failed and the process hangs"
+                    " (known bug, tests/chaos/test_boot_fault.py)"
+                )
             else:
                 self.summary.crashes += 1
                 self.summary.problem(f"worker {name} is running but never heartbeats (hung)")
@@ -478,7 +519,8 @@ class Faults:
         async with await psycopg.AsyncConnection.connect(dsn(), autocommit=True) as conn:
             await conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND application_name = %s", (dbname, WORKER_APP_NAME),
+                " WHERE datname = %s AND application_name = %s",
+                (dbname, WORKER_APP_NAME),
             )
         self.summary.pg_terminations += 1
 
@@ -534,8 +576,9 @@ class Faults:
             if c.pg_restart:
                 steps.append((c.seconds * 0.6, "pg restart", self.restart_postgres))
         for n in range(c.hangs):
-            steps.append((c.seconds * (0.25 + 0.45 * n / max(c.hangs - 1, 1)), "hang",
-                          self.hang_broker))
+            steps.append(
+                (c.seconds * (0.25 + 0.45 * n / max(c.hangs - 1, 1)), "hang", self.hang_broker)
+            )
         for n in range(c.broker_restarts):
             steps.append((c.seconds * (0.45 + 0.1 * n), "broker restart", self.restart_broker))
         return sorted(steps, key=lambda s: s[0])
@@ -587,17 +630,27 @@ def fold(trails: dict[str, JobTrail], event: Event) -> None:
     job_id = event.stream.removeprefix("job:")
     data = event.data
     if event.type == EventType.JOB_ENQUEUED:
-        trails[job_id] = JobTrail(data["target"], data.get("key"), data.get("version", 0),
-                                  data["dedupe_key"], data.get("payload"))
+        trails[job_id] = JobTrail(
+            data["target"],
+            data.get("key"),
+            data.get("version", 0),
+            data["dedupe_key"],
+            data.get("payload"),
+        )
     elif event.type in CLOSED and job_id in trails:
         trails[job_id].closed, trails[job_id].reason = event.type, data.get("reason")
     elif event.type == EventType.JOB_RETRIED and job_id in trails:
         trails[job_id].closed = trails[job_id].reason = None
 
 
-def analyse(summary: Summary, business: set[tuple[str, int]], trails: dict[str, JobTrail],
-            records: list[Delivered], slot_window: tuple[datetime, datetime] | None,
-            slot_runs: list[dict[str, Any]]) -> None:
+def analyse(
+    summary: Summary,
+    business: set[tuple[str, int]],
+    trails: dict[str, JobTrail],
+    records: list[Delivered],
+    slot_window: tuple[datetime, datetime] | None,
+    slot_runs: list[dict[str, Any]],
+) -> None:
     kafka = {i: t for i, t in trails.items() if t.target.startswith("kafka:")}
     summary.jobs, summary.enqueued, summary.delivered = len(business), len(kafka), len(records)
     by_dedupe = {t.dedupe_key: i for i, t in kafka.items()}
@@ -653,14 +706,19 @@ def analyse(summary: Summary, business: set[tuple[str, int]], trails: dict[str, 
         seen.add(r.event_id or "")
         if sent.version <= newest.get(sent.key or "", 0):
             summary.order_violations += 1
-            summary.problem(f"order: {sent.key} v{sent.version} first delivered after"
-                            f" v{newest[sent.key or '']}")
+            summary.problem(
+                f"order: {sent.key} v{sent.version} first delivered after v{newest[sent.key or '']}"
+            )
         newest[sent.key or ""] = max(sent.version, newest.get(sent.key or "", 0))
     check_slots(summary, trails, slot_window, slot_runs)
 
 
-def check_slots(summary: Summary, trails: dict[str, JobTrail],
-                window: tuple[datetime, datetime] | None, runs: list[dict[str, Any]]) -> None:
+def check_slots(
+    summary: Summary,
+    trails: dict[str, JobTrail],
+    window: tuple[datetime, datetime] | None,
+    runs: list[dict[str, Any]],
+) -> None:
     """Exactly one job per minute slot that passed while workers ran, each closed by
     JobSucceeded (or JobSkipped with a reason)."""
     prefix = f"{chaos_app.SCHEDULE}:"
@@ -677,8 +735,10 @@ def check_slots(summary: Summary, trails: dict[str, JobTrail],
     while slot <= end:
         summary.slots += 1
         jobs = per_slot.get(slot, [])
-        ok = len(jobs) == 1 and (jobs[0].closed == EventType.JOB_SUCCEEDED
-                                 or (jobs[0].closed == EventType.JOB_SKIPPED and jobs[0].reason))
+        ok = len(jobs) == 1 and (
+            jobs[0].closed == EventType.JOB_SUCCEEDED
+            or (jobs[0].closed == EventType.JOB_SKIPPED and jobs[0].reason)
+        )
         if not ok:
             summary.slot_errors += 1
             summary.problem(f"slot {slot.isoformat()}: {[(j.closed, j.reason) for j in jobs]}")
@@ -701,8 +761,12 @@ async def wait_drained(store: Store, driver: asyncio.Task[float], timeout_s: flo
                 jobs = None
             if jobs is not None:
                 stale = datetime.now(UTC) - timedelta(seconds=30)
-                open_rows = [j for j in jobs if j.status != JobStatus.DEAD and (
-                    j.target.startswith("kafka:") or j.next_run_at < stale)]
+                open_rows = [
+                    j
+                    for j in jobs
+                    if j.status != JobStatus.DEAD
+                    and (j.target.startswith("kafka:") or j.next_run_at < stale)
+                ]
                 if not open_rows:
                     return True
         await asyncio.sleep(1.0)
@@ -728,7 +792,9 @@ async def run_chaos(config: Config) -> Summary:
         try:
             await database.aclose()
         except Exception as exc:  # e.g. another suite dropped the database we connect from
-            summary.problem(f"dropping the run's database failed ({exc!r}); dropped via {dsn_name()}")
+            summary.problem(
+                f"dropping the run's database failed ({exc!r}); dropped via {dsn_name()}"
+            )
             if config.kind == "postgres":
                 await drop_database(url)
     summary.wall_s = time.monotonic() - started
@@ -753,7 +819,9 @@ async def drop_database(url: str) -> None:
 async def _run(config: Config, summary: Summary, url: str, slots_file: Path) -> None:
     async with Tansu.running(config.workdir) as broker:
         await create_topics(broker.bootstrap)
-        worker_url = url + f"?application_name={WORKER_APP_NAME}" if config.kind == "postgres" else url
+        worker_url = (
+            url + f"?application_name={WORKER_APP_NAME}" if config.kind == "postgres" else url
+        )
         workers = Workers(worker_url, config.workdir / "unused.jsonl", 0.0)
         workers.env.update(worker_env(broker.bootstrap, slots_file))
         store = open_store(url)
@@ -791,14 +859,22 @@ async def _run(config: Config, summary: Summary, url: str, slots_file: Path) -> 
             for proc, code in zip(workers.procs, codes, strict=True):
                 if proc in final and code != 0:
                     summary.crashes += 1
-                    summary.problem(f"worker {faults.names[proc.pid]} {faults.stop_failure(proc, code)}")
+                    summary.problem(
+                        f"worker {faults.names[proc.pid]} {faults.stop_failure(proc, code)}"
+                    )
             if not await recorder.caught_up(30):
                 summary.problem("recorder did not catch up after the drain")
             trails, declared = await read_trails(store)
             if declared is not None:
                 slot_window = (declared, stopping - timedelta(seconds=15))
-            analyse(summary, await business_rows(store), trails, recorder.records,
-                    slot_window, read_slot_runs(slots_file))
+            analyse(
+                summary,
+                await business_rows(store),
+                trails,
+                recorder.records,
+                slot_window,
+                read_slot_runs(slots_file),
+            )
             report = await replay(store)
             summary.projection_diffs = len(report.differences) + len(report.problems)
             for line in report.lines()[1:-1]:
@@ -819,4 +895,3 @@ async def _run(config: Config, summary: Summary, url: str, slots_file: Path) -> 
             workers.stop_all()
             await recorder.stop()
             await store.close()
-

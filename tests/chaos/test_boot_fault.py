@@ -66,9 +66,13 @@ async def test_a_boot_that_fails_in_the_schedule_sync_stops_what_it_started() ->
             await app.stop()
             started = app.runtime is not None and app.runtime.started
             now = SystemClock().now()
-            held = [lease.partition for lease in await peer.leases()
-                    if lease.owner == "boot-victim" and lease.lease_until is not None
-                    and lease.lease_until > now]
+            held = [
+                lease.partition
+                for lease in await peer.leases()
+                if lease.owner == "boot-victim"
+                and lease.lease_until is not None
+                and lease.lease_until > now
+            ]
         finally:
             await locker.close()
             if app.runtime is not None and app.runtime.started:

@@ -15,16 +15,34 @@ T0 = datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)
 WINDOW = (T0, datetime(2026, 3, 2, 9, 2, 10, tzinfo=UTC))  # slots 09:01 and 09:02
 
 
-def trail(target: str, key: str, version: int, closed: str | None = EventType.JOB_SUCCEEDED,
-          reason: str | None = None) -> JobTrail:
-    return JobTrail(target, key, version, f"chaos:{key}:{version}",
-                    {"key": key, "version": version}, closed, reason)
+def trail(
+    target: str,
+    key: str,
+    version: int,
+    closed: str | None = EventType.JOB_SUCCEEDED,
+    reason: str | None = None,
+) -> JobTrail:
+    return JobTrail(
+        target,
+        key,
+        version,
+        f"chaos:{key}:{version}",
+        {"key": key, "version": version},
+        closed,
+        reason,
+    )
 
 
 def slot(minute: int) -> JobTrail:
     at = f"2026-03-02T09:0{minute}:00.000Z"
-    return JobTrail(f"schedule:{app.SCHEDULE}", None, 0, f"{app.SCHEDULE}:{at}", {"slot": at},
-                    EventType.JOB_SUCCEEDED)
+    return JobTrail(
+        f"schedule:{app.SCHEDULE}",
+        None,
+        0,
+        f"{app.SCHEDULE}:{at}",
+        {"slot": at},
+        EventType.JOB_SUCCEEDED,
+    )
 
 
 def record(job_id: str, t: JobTrail, offset: int) -> Delivered:
@@ -32,12 +50,15 @@ def record(job_id: str, t: JobTrail, offset: int) -> Delivered:
     return Delivered(topic, 0, offset, 0, t.key, job_id, t.payload)
 
 
-def run(trails: dict[str, JobTrail], order: list[str],
-        business: set[tuple[str, int]] | None = None) -> Summary:
+def run(
+    trails: dict[str, JobTrail], order: list[str], business: set[tuple[str, int]] | None = None
+) -> Summary:
     summary = Summary("test")
-    rows = business if business is not None else {
-        (t.key, t.version) for t in trails.values() if t.key is not None
-    }
+    rows = (
+        business
+        if business is not None
+        else {(t.key, t.version) for t in trails.values() if t.key is not None}
+    )
     records = [record(i, trails[i], n) for n, i in enumerate(order)]
     analyse(summary, rows, trails, records, WINDOW, [])
     return summary
@@ -45,9 +66,12 @@ def run(trails: dict[str, JobTrail], order: list[str],
 
 def base() -> dict[str, JobTrail]:
     return {
-        "a1": trail(app.AMO_TARGET, "k0", 1), "a2": trail(app.AMO_TARGET, "k0", 2),
-        "b1": trail(app.ALO_TARGET, "k1", 1), "b2": trail(app.ALO_TARGET, "k1", 2),
-        "s1": slot(1), "s2": slot(2),
+        "a1": trail(app.AMO_TARGET, "k0", 1),
+        "a2": trail(app.AMO_TARGET, "k0", 2),
+        "b1": trail(app.ALO_TARGET, "k1", 1),
+        "b2": trail(app.ALO_TARGET, "k1", 2),
+        "s1": slot(1),
+        "s2": slot(2),
     }
 
 

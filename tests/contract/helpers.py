@@ -86,7 +86,9 @@ def dispatch(job: Job, clock: FakeClock, *, pod: str = "pod-a") -> Change:
 
 
 def succeed(job: Job, clock: FakeClock) -> Change:
-    return jobs.decide_outcome(job, jobs.RunResult(jobs.Result.OK), _policy(), Stamp(clock.now())).change
+    return jobs.decide_outcome(
+        job, jobs.RunResult(jobs.Result.OK), _policy(), Stamp(clock.now())
+    ).change
 
 
 def kill(job: Job, clock: FakeClock) -> Change:

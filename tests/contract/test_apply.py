@@ -24,9 +24,7 @@ from tests.contract.helpers import (
 )
 
 
-async def test_apply_writes_events_and_the_row_they_leave(
-    store: Store, clock: FakeClock
-) -> None:
+async def test_apply_writes_events_and_the_row_they_leave(store: Store, clock: FakeClock) -> None:
     change = new_job(clock, key="K", dedupe_key="d-1")
     assert await store.apply([change]) == [True]
     job = await store.get_job(change.stream.removeprefix("job:"))

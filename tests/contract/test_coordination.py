@@ -28,9 +28,7 @@ async def test_seeding_keeps_existing_owners(store: Store, clock: FakeClock) -> 
     assert len(leases) == 4 and leases[2] == PartitionLease(2, "pod-a", now + LEASE)
 
 
-async def test_several_instances_seeding_at_once_make_each_row_once(
-    store: Store, kit: Kit
-) -> None:
+async def test_several_instances_seeding_at_once_make_each_row_once(store: Store, kit: Kit) -> None:
     async with AsyncExitStack() as stack:
         peers = [await stack.enter_async_context(kit.peer(store)) for _ in range(3)]
         await asyncio.gather(*(s.seed_partitions(64) for s in [store, *peers]))

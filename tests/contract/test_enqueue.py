@@ -155,9 +155,7 @@ async def test_partition_comes_from_the_key_or_else_the_dedupe_key(
     assert keyless.key is None
 
 
-async def test_after_commit_hooks_run_only_after_the_commit(
-    store: Store, engine: Engine
-) -> None:
+async def test_after_commit_hooks_run_only_after_the_commit(store: Store, engine: Engine) -> None:
     calls: list[str] = []
     async with engine.transaction() as tx:
         await engine.enqueue(LONG, tx=tx)
@@ -211,4 +209,3 @@ async def test_enqueue_accepts_the_native_handle_of_the_transaction(
     assert result.inserted
     assert [j.dedupe_key for j in await store.all_jobs()] == ["d-1"]
     assert await kit.business_count(store) == 1
-

@@ -22,8 +22,11 @@ async def test_a_seen_dedupe_key_in_a_batch_drops_that_item_alone_and_keeps_the_
     await enqueue(engine, FAST, {"v": 0}, dedupe_key="seen")
     async with engine.transaction() as tx:
         results = await engine.enqueue_many(
-            [NewJob(FAST, {"v": 1}, dedupe_key="fresh-1"), NewJob(FAST, {"v": 2}, dedupe_key="seen"),
-             NewJob(LONG, {"v": 3}, key="K", dedupe_key="fresh-2")],
+            [
+                NewJob(FAST, {"v": 1}, dedupe_key="fresh-1"),
+                NewJob(FAST, {"v": 2}, dedupe_key="seen"),
+                NewJob(LONG, {"v": 3}, key="K", dedupe_key="fresh-2"),
+            ],
             tx=tx,
         )
         await kit.business_write(tx, "after the batch")  # the transaction is not aborted
@@ -39,8 +42,16 @@ async def test_a_batch_stores_every_field_the_domain_computed(
 ) -> None:
     later = clock.now() + timedelta(minutes=5)
     items = [
-        NewJob(FAST, {"big": 1e20, "neg": -0.0, "s": "ü", "n": None}, code="c-1", key="ä",
-               version=7, dedupe_key="d-1", headers={"h": "v"}, run_at=later),
+        NewJob(
+            FAST,
+            {"big": 1e20, "neg": -0.0, "s": "ü", "n": None},
+            code="c-1",
+            key="ä",
+            version=7,
+            dedupe_key="d-1",
+            headers={"h": "v"},
+            run_at=later,
+        ),
         NewJob(LONG, None, dedupe_key="d-2"),
         NewJob(FAST, [1, "two", {"three": 3.5}]),
     ]

@@ -48,8 +48,13 @@ BAD: list[tuple[str, dict[str, Any], type[JobledgerError], str]] = [
 
 @pytest.mark.parametrize(("case", "given", "error", "says"), BAD, ids=[b[0] for b in BAD])
 async def test_bad_input_is_refused_before_anything_is_written(
-    store: Store, engine: Engine, kit: Kit, case: str, given: dict[str, Any],
-    error: type[JobledgerError], says: str,
+    store: Store,
+    engine: Engine,
+    kit: Kit,
+    case: str,
+    given: dict[str, Any],
+    error: type[JobledgerError],
+    says: str,
 ) -> None:
     engine.settings = dataclasses.replace(engine.settings, max_payload_bytes=1000)
     options = {"payload": {"ok": 1}, **given}
@@ -69,8 +74,9 @@ async def test_a_bad_item_refuses_the_whole_batch(store: Store, engine: Engine) 
 
     async with engine.transaction() as tx:
         with pytest.raises(InvalidPayload):
-            await engine.enqueue_many([NewJob(FAST, {"n": 1}), NewJob(FAST, {"n": math.nan})],
-                                      tx=tx)
+            await engine.enqueue_many(
+                [NewJob(FAST, {"n": 1}), NewJob(FAST, {"n": math.nan})], tx=tx
+            )
     assert await store.all_jobs() == []
 
 
@@ -81,9 +87,15 @@ async def test_unusual_values_come_back_exactly_from_the_row_and_the_log(
     store unchanged; a backslash before `u0000` is text, not a NUL, and 19 digits in a
     string are text, not an integer."""
     payload = {
-        "big": 2**63 - 1, "neg": -(2**63), "digits": "12345678901234567890123",
-        "float": 0.1, "tiny": 5e-324,
-        "huge": 1e300, "zero": -0.0, "text": "é\u2028\x01\x1f\"\\u0000/<>&", "nested": [[], {}],
+        "big": 2**63 - 1,
+        "neg": -(2**63),
+        "digits": "12345678901234567890123",
+        "float": 0.1,
+        "tiny": 5e-324,
+        "huge": 1e300,
+        "zero": -0.0,
+        "text": 'é\u2028\x01\x1f"\\u0000/<>&',
+        "nested": [[], {}],
         "ünï": "😀",
     }
     job = await enqueue(engine, FAST, payload=payload, headers={"h": "ü"}, key="clé")
@@ -99,8 +111,9 @@ async def test_unusual_values_come_back_exactly_from_a_large_batch(
     """The same through `enqueue_many` of 400 (PostgreSQL COPYs a batch that large)."""
     from jobledger.domain.jobs import NewJob
 
-    payloads = [{"n": n, "huge": 1e300, "zero": -0.0, "big": 2**62 + n, "t": "é"}
-                for n in range(400)]
+    payloads = [
+        {"n": n, "huge": 1e300, "zero": -0.0, "big": 2**62 + n, "t": "é"} for n in range(400)
+    ]
     async with engine.transaction() as tx:
         flags = await engine.enqueue_many([NewJob(FAST, p) for p in payloads], tx=tx)
     assert all(f.inserted for f in flags)

@@ -36,9 +36,7 @@ async def test_apply_wakes_a_subscriber_with_the_touched_partition(
         await sub.close()
 
 
-async def test_a_business_commit_wakes_only_after_the_commit(
-    store: Store, engine: Engine
-) -> None:
+async def test_a_business_commit_wakes_only_after_the_commit(store: Store, engine: Engine) -> None:
     sub = await Subscriber(store).start()
     try:
         async with engine.transaction() as tx:

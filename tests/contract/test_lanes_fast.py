@@ -45,7 +45,9 @@ async def test_250_rows_go_in_pages_of_100_100_50(store: Store, clock: FakeClock
     assert await store.all_jobs() == []
 
 
-async def test_at_most_once_has_one_row_in_flight_per_partition(store: Store, clock: FakeClock) -> None:
+async def test_at_most_once_has_one_row_in_flight_per_partition(
+    store: Store, clock: FakeClock
+) -> None:
     engine = make_engine(store, clock)
     seen: list[int] = []
 
@@ -101,12 +103,16 @@ async def test_failed_row_holds_later_versions_of_its_key(store: Store, clock: F
     engine, runtime, rec = await one_pod(store, clock, ALO)
     k, other = keys_in(P, 2)
     rec.raises = [RuntimeError("no")]
-    await enqueue(engine, "kafka:t", [
-        {"key": k, "version": 1, "payload": "k1"},
-        {"key": k, "version": 2, "payload": "k2"},
-        {"key": k, "version": 3, "payload": "k3"},
-        {"key": other, "version": 1, "payload": "o1"},
-    ])
+    await enqueue(
+        engine,
+        "kafka:t",
+        [
+            {"key": k, "version": 1, "payload": "k1"},
+            {"key": k, "version": 2, "payload": "k2"},
+            {"key": k, "version": 3, "payload": "k3"},
+            {"key": other, "version": 1, "payload": "o1"},
+        ],
+    )
     await drain(runtime, P)
     assert rec.payloads == ["k1", "o1"]  # k2, k3 held behind the retry; other key flows
     clock.advance(seconds=59)
@@ -117,7 +123,9 @@ async def test_failed_row_holds_later_versions_of_its_key(store: Store, clock: F
     assert rec.payloads == ["k1", "o1", "k1", "k2", "k3"]
 
 
-async def test_versions_run_in_order_even_when_enqueued_backwards(store: Store, clock: FakeClock) -> None:
+async def test_versions_run_in_order_even_when_enqueued_backwards(
+    store: Store, clock: FakeClock
+) -> None:
     engine, runtime, rec = await one_pod(store, clock, ALO)
     k = keys_in(P, 1)[0]
     await enqueue(engine, "kafka:t", [{"key": k, "version": v, "payload": v} for v in (3, 1, 2)])
@@ -182,7 +190,9 @@ async def test_unreachable_target_paused_for_two_days(store: Store, clock: FakeC
 
 
 @pytest.mark.parametrize("target_up", [False, True])
-async def test_outcome_unknown_at_most_once_is_dead(store: Store, clock: FakeClock, target_up) -> None:
+async def test_outcome_unknown_at_most_once_is_dead(
+    store: Store, clock: FakeClock, target_up
+) -> None:
     engine, runtime, rec = await one_pod(store, clock)
     rec.raises = [TargetOutcomeUnknown("send timed out", target_up=target_up)]
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": keys_in(P, 1)[0]}])
@@ -221,7 +231,9 @@ async def test_stalled_pod_sends_nothing_after_its_lease(store: Store, clock: Fa
     assert len(rec_b.calls) == 3
 
 
-async def test_lost_lease_refuses_the_mark_and_sends_nothing(store: Store, clock: FakeClock) -> None:
+async def test_lost_lease_refuses_the_mark_and_sends_nothing(
+    store: Store, clock: FakeClock
+) -> None:
     engine_a, a, rec_a = await one_pod(store, clock)
     engine_b = make_engine(store, clock)
     engine_b.targets.register("kafka:t", "fast", Recorder())

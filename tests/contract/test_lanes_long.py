@@ -105,7 +105,9 @@ async def test_concurrent_reserves_never_share_a_row(store: Store, clock: FakeCl
             assert row.claimed_by in ("pod-a", "pod-b")
 
 
-async def test_exclusive_code_has_one_running_row_across_pods(store: Store, clock: FakeClock) -> None:
+async def test_exclusive_code_has_one_running_row_across_pods(
+    store: Store, clock: FakeClock
+) -> None:
     engine, a, _ = long_pod(store, clock, "pod-a", exclusive=True)
     engine.targets.register("other", "long", Recorder())
     _, b, _ = long_pod(store, clock, "pod-b", exclusive=True)
@@ -114,7 +116,9 @@ async def test_exclusive_code_has_one_running_row_across_pods(store: Store, cloc
     rows = await a.long.reserve()
     assert sorted(r.code for r in rows) == ["nightly", "other", "other"]
     assert await b.long.reserve() == []
-    running = [r for r in await store.all_jobs() if r.status == JobStatus.RUNNING and r.code == "nightly"]
+    running = [
+        r for r in await store.all_jobs() if r.status == JobStatus.RUNNING and r.code == "nightly"
+    ]
     assert len(running) == 1 and running[0].running_code == "nightly"
 
 

@@ -24,10 +24,10 @@ class DropsOneOutcomeWrite:
         self.real_apply = store.apply
         self.dropped = 0
 
-    async def apply(self, changes: Sequence[Change], *, guard: LeaseGuard | None = None) -> list[bool]:
-        carries_outcome = any(
-            e.type == EventType.JOB_SUCCEEDED for c in changes for e in c.events
-        )
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
+        carries_outcome = any(e.type == EventType.JOB_SUCCEEDED for c in changes for e in c.events)
         if carries_outcome and not self.dropped:
             self.dropped += 1
             raise ConnectionResetError("server closed the connection unexpectedly")

@@ -40,7 +40,9 @@ class Seen(Observer):
         self.owned.append((pod, count))
 
 
-async def test_feed_wakes_both_lanes_without_moving_the_clock(store: Store, clock: FakeClock) -> None:
+async def test_feed_wakes_both_lanes_without_moving_the_clock(
+    store: Store, clock: FakeClock
+) -> None:
     engine = make_engine(store, clock)
     fast, slow = Recorder(), Recorder()
     engine.targets.register("kafka:t", "fast", fast, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
@@ -112,7 +114,9 @@ async def test_observers_see_pause_resume_and_dead(store: Store, clock: FakeCloc
     runtime = Runtime(engine, pod_id="pod-a")
     await runtime.start()
     try:
-        ids = await enqueue(engine, "kafka:t", [{"key": "a", "version": 1}, {"key": "a", "version": 2}])
+        ids = await enqueue(
+            engine, "kafka:t", [{"key": "a", "version": 1}, {"key": "a", "version": 2}]
+        )
         await until(lambda: seen.paused == ["kafka:t"])
         clock.advance(seconds=30)
         await until(lambda: len(seen.dead) == 1)

@@ -23,7 +23,9 @@ async def test_read_stream_returns_a_streams_events_in_version_order(
     assert await store.apply([renew(running, clock)]) == [True]
     events = await store.read_stream(job.stream)
     assert [(e.version, e.type) for e in events] == [
-        (1, "JobEnqueued"), (2, "JobClaimed"), (3, "JobLeaseRenewed"),
+        (1, "JobEnqueued"),
+        (2, "JobClaimed"),
+        (3, "JobLeaseRenewed"),
     ]
     assert verify_chain(events) == []  # stored and read back, the hashes still hold
     assert events[0].data["payload"] == {"n": 1}

@@ -35,7 +35,9 @@ async def _enqueue(engine: Engine, key: str) -> str:
 async def _finish(store: Store, clock: FakeClock, job_id: str, result: Result) -> None:
     job = await store.get_job(job_id)
     assert job is not None
-    outcome = jobs.decide_outcome(job, RunResult(result, "boom"), POLICY, Stamp(clock.now(), SYSTEM))
+    outcome = jobs.decide_outcome(
+        job, RunResult(result, "boom"), POLICY, Stamp(clock.now(), SYSTEM)
+    )
     assert await store.apply([outcome.change]) == [True]
 
 
@@ -43,7 +45,9 @@ async def _all_events(store: Store) -> list[Event]:
     return [e async for page in pages(store) for e in page]
 
 
-async def test_archive_moves_only_old_finished_streams(store: Store, clock: FakeClock, tmp_path: Path) -> None:
+async def test_archive_moves_only_old_finished_streams(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
     engine = Engine(store, clock=clock)
     engine.targets.register("t", "fast", _noop)
     old_done = await _enqueue(engine, "old-done")
@@ -85,7 +89,9 @@ async def test_archive_moves_only_old_finished_streams(store: Store, clock: Fake
     assert (await archive.run_once()).streams == 0
 
 
-async def test_no_retention_means_nothing_is_archived(store: Store, clock: FakeClock, tmp_path: Path) -> None:
+async def test_no_retention_means_nothing_is_archived(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
     engine = Engine(store, clock=clock)
     engine.targets.register("t", "fast", _noop)
     done = await _enqueue(engine, "k")

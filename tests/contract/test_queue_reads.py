@@ -96,8 +96,13 @@ async def test_long_candidates_are_due_pending_and_expired_running_oldest_first(
 
     rows = await store.long_candidates(now, limit=10)
     assert [j.id for j in rows] == [oldest.id, running_expired.id, later.id]
-    assert [j.id for j in await store.long_candidates(now, limit=2)] == [oldest.id, running_expired.id]
-    assert future.id in {j.id for j in await store.long_candidates(t0 + timedelta(hours=1), limit=10)}
+    assert [j.id for j in await store.long_candidates(now, limit=2)] == [
+        oldest.id,
+        running_expired.id,
+    ]
+    assert future.id in {
+        j.id for j in await store.long_candidates(t0 + timedelta(hours=1), limit=10)
+    }
 
 
 async def test_running_codes_are_live_exclusive_running_rows(
@@ -106,9 +111,10 @@ async def test_running_codes_are_live_exclusive_running_rows(
     exclusive = await enqueue(engine, EXCLUSIVE, dedupe_key="x1")
     plain = await enqueue(engine, LONG, dedupe_key="p1")
     assert await store.running_codes(clock.now()) == set()
-    assert await store.apply(
-        [claim(exclusive, clock, exclusive=True), claim(plain, clock)]
-    ) == [True, True]
+    assert await store.apply([claim(exclusive, clock, exclusive=True), claim(plain, clock)]) == [
+        True,
+        True,
+    ]
     assert await store.running_codes(clock.now()) == {EXCLUSIVE}
     assert await store.running_codes(clock.now() + timedelta(minutes=4, seconds=59)) == {EXCLUSIVE}
     assert await store.running_codes(clock.now() + timedelta(minutes=5)) == set()

@@ -30,8 +30,9 @@ async def test_list_jobs_filters_pages_newest_first_with_total(
     for i in range(7):
         clock.advance(seconds=1)
         target = FAST if i % 2 == 0 else FAST_OTHER
-        made.append(await enqueue(engine, target, code=f"code-{i % 3}", key=f"k{i % 2}",
-                                  dedupe_key=f"d{i}"))
+        made.append(
+            await enqueue(engine, target, code=f"code-{i % 3}", key=f"k{i % 2}", dedupe_key=f"d{i}")
+        )
     assert await store.apply([kill(made[0], clock), kill(made[3], clock)]) == [True, True]
     newest_first = [j.id for j in reversed(made)]
 
@@ -61,7 +62,9 @@ async def test_list_jobs_filters_pages_newest_first_with_total(
     assert ([j.id for j in page], total) == (ids([4, 2]), 4)
 
 
-async def test_all_jobs_is_every_open_row_by_id(store: Store, engine: Engine, clock: FakeClock) -> None:
+async def test_all_jobs_is_every_open_row_by_id(
+    store: Store, engine: Engine, clock: FakeClock
+) -> None:
     made = []
     for i in range(4):
         clock.advance(seconds=1)
@@ -69,9 +72,7 @@ async def test_all_jobs_is_every_open_row_by_id(store: Store, engine: Engine, cl
     assert await store.all_jobs() == sorted(made, key=lambda j: j.id)
 
 
-async def test_schedules_are_read_by_code_and_listed_sorted(
-    store: Store, clock: FakeClock
-) -> None:
+async def test_schedules_are_read_by_code_and_listed_sorted(store: Store, clock: FakeClock) -> None:
     assert await store.get_schedule("nightly") is None
     assert await store.list_schedules() == []
     changes = [declared_schedule(code, clock.now()) for code in ("nightly", "hourly", "b-weekly")]

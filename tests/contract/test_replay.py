@@ -61,8 +61,10 @@ async def test_a_tampered_read_model_is_reported_and_apply_repairs_it(
     dropped = next(j for j in live if j.status == JobStatus.RUNNING)
     ghost = replace(pending, id="f" * 32, dedupe_key="ghost")
     tampered = [
-        replace(j, attempts=j.attempts + 5, last_error="edited") if j.id == dead.id
-        else replace(j, next_run_at=j.next_run_at.replace(year=2030)) if j.id == pending.id
+        replace(j, attempts=j.attempts + 5, last_error="edited")
+        if j.id == dead.id
+        else replace(j, next_run_at=j.next_run_at.replace(year=2030))
+        if j.id == pending.id
         else j
         for j in live
         if j.id != dropped.id
@@ -106,10 +108,19 @@ async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
         return Stamp(clock.now(), SYSTEM, "trace-schedules")
 
     rows: dict[str, Schedule] = {}
-    for code, cron in (("nightly", "0 2 * * *"), ("every5", "*/5 * * * *"), ("hourly", "0 * * * *")):
+    for code, cron in (
+        ("nightly", "0 2 * * *"),
+        ("every5", "*/5 * * * *"),
+        ("hourly", "0 * * * *"),
+    ):
         spec = sd.make_spec(
-            code, cron, timezone="UTC", missed_slot_policy=None, runs_per_slot=3,
-            now=clock.now(), skip_max_interval=timedelta(minutes=5),
+            code,
+            cron,
+            timezone="UTC",
+            missed_slot_policy=None,
+            runs_per_slot=3,
+            now=clock.now(),
+            skip_max_interval=timedelta(minutes=5),
         )
         change = sd.declared(spec, stamp())
         assert await store.apply([change]) == [True]
@@ -122,8 +133,12 @@ async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
     assert due is not None
     clock.set(due)
     plan = sd.plan_tick(
-        rows["every5"], clock.now(), grace=timedelta(seconds=60),
-        stamp=stamp(), job_id=new_id(), partitions=64,
+        rows["every5"],
+        clock.now(),
+        grace=timedelta(seconds=60),
+        stamp=stamp(),
+        job_id=new_id(),
+        partitions=64,
     )
     assert plan is not None and plan.job is not None
     assert await store.apply(plan.changes) == [True, True]

@@ -84,19 +84,33 @@ def _take_over(job: Job, stamp: Stamp) -> Change:
 
 def _reclaim(job: Job, stamp: Stamp) -> Change:
     return jobs.reclaim_expired(
-        job, DeliveryMode.AT_LEAST_ONCE, token="r", pod="pod-c", lease=LEASE, exclusive=False,
+        job,
+        DeliveryMode.AT_LEAST_ONCE,
+        token="r",
+        pod="pod-c",
+        lease=LEASE,
+        exclusive=False,
         stamp=stamp,
     ).change
 
 
 SCRIPTS: list[tuple[str, list[Step]]] = [
     (FAST, [_dispatch, _run(Result.OK)]),
-    (FAST, [_run(Result.ANSWERED, error="boom"), _run(Result.ANSWERED, error="boom"), _run(Result.OK)]),
+    (
+        FAST,
+        [_run(Result.ANSWERED, error="boom"), _run(Result.ANSWERED, error="boom"), _run(Result.OK)],
+    ),
     (
         LONG,
         [
-            _claim, _renew, _run(Result.ANSWERED, error="no"), _claim,
-            _run(Result.DEAD_NOW, error="never"), jobs.retry, _claim, _run(Result.OK),
+            _claim,
+            _renew,
+            _run(Result.ANSWERED, error="no"),
+            _claim,
+            _run(Result.DEAD_NOW, error="never"),
+            jobs.retry,
+            _claim,
+            _run(Result.OK),
         ],
     ),
     (FAST, [jobs.cancel]),
@@ -116,7 +130,12 @@ class Workload:
 
 
 async def generate(
-    store: Store, clock: FakeClock, *, jobs_count: int, batch: int = 5000, first: int = 0,
+    store: Store,
+    clock: FakeClock,
+    *,
+    jobs_count: int,
+    batch: int = 5000,
+    first: int = 0,
     after_round: Callable[[int], object] | None = None,
 ) -> Workload:
     """Enqueue `jobs_count` jobs (numbered from `first`) and run every script to its end.

@@ -84,8 +84,7 @@ async def test_a_run_ignoring_its_cancellation_does_not_hold_the_stop_nor_lose_t
             except asyncio.CancelledError:
                 continue  # ignores the stop's cancellation
 
-    engine.targets.register("kafka:t", "fast", stubborn,
-                            delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    engine.targets.register("kafka:t", "fast", stubborn, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
     runtime = Runtime(engine, pod_id="pod-a")
     await runtime.start()
     try:

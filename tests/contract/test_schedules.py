@@ -118,7 +118,9 @@ async def pending(store: Store, code: str) -> list[Job]:
     return sorted(rows, key=lambda j: j.payload["slot"])
 
 
-def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
     return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
@@ -160,7 +162,8 @@ async def test_bad_cron_duplicate_and_unknown_code(scheduler: Scheduler) -> None
         await scheduler.set_cron_override("report", "61 * * * *", ADMIN)
     assert bad.value.status == 400
     for call in (
-        scheduler.enable("nope", ADMIN), scheduler.disable("nope", ADMIN),
+        scheduler.enable("nope", ADMIN),
+        scheduler.disable("nope", ADMIN),
         scheduler.set_cron_override("nope", "* * * * *", ADMIN),
         scheduler.clear_cron_override("nope", ADMIN),
     ):
@@ -204,8 +207,10 @@ async def test_boot_sync_code_owns_cron_admins_own_enabled_and_override(
     assert (row.cron, row.runs_per_slot) == ("15 * * * *", 5)
     assert not row.enabled and row.cron_override == "30 * * * *"
     assert (await stream_types(store, "report")) == [
-        EventType.SCHEDULE_DECLARED, EventType.SCHEDULE_DISABLED,
-        EventType.SCHEDULE_OVERRIDE_SET, EventType.SCHEDULE_SYNCED,
+        EventType.SCHEDULE_DECLARED,
+        EventType.SCHEDULE_DISABLED,
+        EventType.SCHEDULE_OVERRIDE_SET,
+        EventType.SCHEDULE_SYNCED,
     ]
     assert verify_chain(await store.read_stream("schedule:report")) == []
 
@@ -326,9 +331,7 @@ class Interleaved:
         return getattr(self.store, name)
 
     async def apply(self, changes: Any, **kw: Any) -> list[bool]:
-        if self.before_first is not None and any(
-            c.stream.startswith("schedule:") for c in changes
-        ):
+        if self.before_first is not None and any(c.stream.startswith("schedule:") for c in changes):
             other, self.before_first = self.before_first, None
             assert await self.store.apply([await other()]) == [True]
         flags: list[bool] = await self.store.apply(changes, **kw)
@@ -350,8 +353,9 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     async def slot_record() -> Any:  # another pod records an older slot's run meanwhile
         row = await store.get_schedule("report")
         assert row is not None
-        old = sched.slot_job("report", utc(2026, 3, 2, 8, 0), job_id="old", partitions=64,
-                             stamp=Stamp(clock.now()))
+        old = sched.slot_job(
+            "report", utc(2026, 3, 2, 8, 0), job_id="old", partitions=64, stamp=Stamp(clock.now())
+        )
         return sched.slot_ran(row, old.row, Stamp(clock.now()))
 
     racing.before_first = slot_record
@@ -361,7 +365,8 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     assert job.payload["slot"] == "2026-03-02T10:00:00.000Z"
     events = await store.read_stream("schedule:report")
     assert [e.type for e in events][-2:] == [
-        EventType.SCHEDULE_SLOT_RAN, EventType.SCHEDULE_SLOT_ENQUEUED,
+        EventType.SCHEDULE_SLOT_RAN,
+        EventType.SCHEDULE_SLOT_ENQUEUED,
     ]
     assert events[-1].data["job_id"] == job.id  # names the job that exists
     row = await store.get_schedule("report")
@@ -487,8 +492,11 @@ async def test_run_once_collapse(
     assert row is not None
     assert row.last_skipped_at == utc(2026, 3, 2, 9, 10)
     assert row.last_run_at == utc(2026, 3, 2, 9, 20)
-    skipped = [e for e in await store.read_stream("schedule:report")
-               if e.type == EventType.SCHEDULE_SLOT_SKIPPED]
+    skipped = [
+        e
+        for e in await store.read_stream("schedule:report")
+        if e.type == EventType.SCHEDULE_SLOT_SKIPPED
+    ]
     assert [e.data["reason"] for e in skipped] == ["newer_slot_pending"]
 
 
@@ -526,8 +534,14 @@ async def test_other_codes_keep_running_while_one_exclusive_code_runs_long(
 
 
 async def _slow_and_quick(
-    store: Store, clock: FakeClock, scheduler: Scheduler, pod: Runtime, slow: Slots,
-    quick: Slots, first: list[Job], batch: asyncio.Task[None],
+    store: Store,
+    clock: FakeClock,
+    scheduler: Scheduler,
+    pod: Runtime,
+    slow: Slots,
+    quick: Slots,
+    first: list[Job],
+    batch: asyncio.Task[None],
 ) -> None:
     assert slow.gate is not None
     assert {j.code for j in first} == {"slow", "quick"}
@@ -614,6 +628,7 @@ async def test_ticker_fires_on_the_timer_and_on_admin_changes(
     scheduler.declare("report", "0 * * * *", Slots())
     await scheduler.start()
     try:
+
         async def jobs() -> int:
             return len(await enqueued(store, "report"))
 

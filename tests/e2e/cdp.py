@@ -22,9 +22,16 @@ from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--remote-debugging-pipe",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-pipe",
 ]
 
 
@@ -45,8 +52,11 @@ class Browser:
 
         self.process = subprocess.Popen(
             [executable, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(3, 4), preexec_fn=wire,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(3, 4),
+            preexec_fn=wire,
         )
         os.close(to_child_r)
         os.close(from_child_w)
@@ -81,8 +91,9 @@ class Browser:
                         self.events.append(message)
                     self._cond.notify_all()
 
-    def send(self, method: str, params: dict[str, Any] | None = None,
-             session: str | None = None) -> dict[str, Any]:
+    def send(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> dict[str, Any]:
         self._next += 1
         ident = self._next
         message: dict[str, Any] = {"id": ident, "method": method, "params": params or {}}
@@ -107,8 +118,10 @@ class Browser:
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})
         page = Page(self, session["sessionId"])
         page.call("Page.enable")
-        page.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         return page
 
     def close(self) -> None:
@@ -135,9 +148,14 @@ class Page:
         return self.browser.send(method, params, self.session)
 
     def js(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", {
-            "expression": expression, "returnByValue": True, "awaitPromise": True,
-        })
+        result = self.call(
+            "Runtime.evaluate",
+            {
+                "expression": expression,
+                "returnByValue": True,
+                "awaitPromise": True,
+            },
+        )
         if "exceptionDetails" in result:
             raise CdpError(f"{expression!r}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -178,9 +196,7 @@ class Page:
             raise CdpError(f"nothing matches {selector}")
 
     def text(self, selector: str = "body") -> str:
-        value = self.js(
-            f"(document.querySelector({json.dumps(selector)}) || {{}}).innerText || ''"
-        )
+        value = self.js(f"(document.querySelector({json.dumps(selector)}) || {{}}).innerText || ''")
         return str(value)
 
     def screenshot(self, path: Path, *, full_page: bool = True) -> None:

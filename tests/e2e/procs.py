@@ -39,8 +39,9 @@ class Proc:
         raise AssertionError(f"{pattern!r} not printed; output so far:\n{self.output}")
 
     def _reader_alive(self) -> bool:
-        return any(t.name == f"reader-{self.process.pid}" and t.is_alive()
-                   for t in threading.enumerate())
+        return any(
+            t.name == f"reader-{self.process.pid}" and t.is_alive() for t in threading.enumerate()
+        )
 
 
 @contextmanager
@@ -48,8 +49,11 @@ def jobledger(*args: str, env: dict[str, str] | None = None) -> Iterator[Proc]:
     """Start `jobledger args…` (stdout and stderr merged); SIGTERM it on the way out."""
     process = subprocess.Popen(
         [sys.executable, "-c", CLI, *args],
-        cwd=ROOT, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     proc = Proc(process)
 

@@ -42,8 +42,9 @@ async def _seed(path: Path) -> dict[str, list[str]]:
         for n in range(3):
             for target in (FLAKY, OK):
                 async with engine.transaction() as tx:
-                    done = await engine.enqueue(target, {"order": n, "kind": target}, tx=tx,
-                                                key=f"order-{n}")
+                    done = await engine.enqueue(
+                        target, {"order": n, "kind": target}, tx=tx, key=f"order-{n}"
+                    )
                 assert done.job_id
                 ids[target].append(done.job_id)
         for n in range(2):
@@ -99,7 +100,9 @@ def test_admin_page_in_chromium(tmp_path: Path) -> None:
             assert "alice" in page.text("header")
 
             # the list: every open job, newest first
-            rows = page.js("[...document.querySelectorAll('#jobs tbody tr')].map(r => r.dataset.id)")
+            rows = page.js(
+                "[...document.querySelectorAll('#jobs tbody tr')].map(r => r.dataset.id)"
+            )
             assert set(rows) == set(ids[FLAKY]) | set(ids[LATER])  # OK jobs already left
             page.screenshot(ARTIFACTS / "admin-jobs.png")
 
@@ -142,9 +145,10 @@ def test_admin_page_in_chromium(tmp_path: Path) -> None:
             # disable a schedule, set an override
             page.goto(f"{base}/admin/schedules")
             page.click("tr[data-code=e2e_hourly] button[data-action=disable]")
-            assert page.js(
-                "document.querySelector('tr[data-code=e2e_hourly]').dataset.enabled"
-            ) == "false"
+            assert (
+                page.js("document.querySelector('tr[data-code=e2e_hourly]').dataset.enabled")
+                == "false"
+            )
             page.fill("tr[data-code=e2e_nightly] input[name=cron_override]", "15 4 * * *")
             page.click("tr[data-code=e2e_nightly] form.override button")
             assert "override set" in page.text(".flash")

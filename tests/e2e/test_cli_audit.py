@@ -19,7 +19,10 @@ CLI = str(Path(sys.executable).with_name("jobledger"))
 def jobledger(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [CLI, "--store", f"sqlite:///{db}", *args],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

@@ -15,8 +15,9 @@ from tests.e2e.procs import jobledger
 def test_demo_serves_settles_and_exits(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     env = {"JOBLEDGER_API_KEYS": ""}  # none configured: the demo prints a generated key
-    with jobledger("--store", f"sqlite:///{db}", "demo", "--port", "0", "--exit-after", "12",
-                   env=env) as proc:
+    with jobledger(
+        "--store", f"sqlite:///{db}", "demo", "--port", "0", "--exit-after", "12", env=env
+    ) as proc:
         link = proc.wait_for(r"(http://127\.0\.0\.1:\d+)/admin/login\?key=(\S+)")
         base, key = link.group(1), link.group(2)
         proc.wait_for(r"All (\d+) demo jobs settled", timeout=30)
@@ -29,8 +30,10 @@ def test_demo_serves_settles_and_exits(tmp_path: Path) -> None:
             schedules = http.get("/api/v1/schedules").json()
             assert [s["code"] for s in schedules] == ["demo_digest"]
             assert httpx.get(f"{base}/admin/login?key={key}").status_code in (200, 303)
-            assert http.get("/api/v1/jobs", headers={"Authorization": "Bearer nope-nope"}
-                            ).status_code == 401
+            assert (
+                http.get("/api/v1/jobs", headers={"Authorization": "Bearer nope-nope"}).status_code
+                == 401
+            )
         deadline = time.monotonic() + 30
         while proc.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -44,8 +47,9 @@ def test_demo_serves_settles_and_exits(tmp_path: Path) -> None:
 
 def test_demo_no_serve_exits_when_settled(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
-    with jobledger("--store", f"sqlite:///{db}", "demo", "--no-serve", "--orders", "4",
-                   "--exit-after", "60") as proc:
+    with jobledger(
+        "--store", f"sqlite:///{db}", "demo", "--no-serve", "--orders", "4", "--exit-after", "60"
+    ) as proc:
         deadline = time.monotonic() + 45
         while proc.process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -100,7 +100,9 @@ async def make_store(tmp_path: Path, partitions: int = 64) -> AsyncIterator[Stor
 async def business_write(tx: Any, value: Any) -> None:
     """The business module's own write, in the caller's session and transaction."""
     session = native_handle(tx)
-    await session.client[_current["database"]].business.insert_one({"value": value}, session=session)
+    await session.client[_current["database"]].business.insert_one(
+        {"value": value}, session=session
+    )
 
 
 async def business_count(store: Store) -> int:

@@ -83,9 +83,7 @@ async def fresh_schema() -> AsyncIterator[tuple[str, str]]:
 
 
 @asynccontextmanager
-async def make_store(
-    tmp_path: Path, partitions: int = 64, **options: Any
-) -> AsyncIterator[Store]:
+async def make_store(tmp_path: Path, partitions: int = 64, **options: Any) -> AsyncIterator[Store]:
     async with fresh_schema() as (url, name):
         store = PostgresStore(url, partitions=partitions, schema=name, **options)
         await store.open()

@@ -14,8 +14,12 @@ PID = os.getpid()
 
 
 def _record(job: Job) -> None:
-    line = json.dumps({"pid": PID, "id": job.id, "target": job.target, "key": job.key,
-                       "version": job.version}) + "\n"
+    line = (
+        json.dumps(
+            {"pid": PID, "id": job.id, "target": job.target, "key": job.key, "version": job.version}
+        )
+        + "\n"
+    )
     fd = os.open(os.environ["LANES_OUT"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

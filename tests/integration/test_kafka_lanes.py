@@ -57,8 +57,13 @@ async def pods(store: Store, clock: FakeClock) -> AsyncIterator[Any]:
 
     async def build(name: str, bootstrap: str, **settings: Any) -> Pod:
         engine = make_engine(store, clock, **settings)
-        kafka = install_kafka(engine, EVENTS, bootstrap=bootstrap, connect_timeout_s=1.0,
-                              request_timeout_s=settings.pop("request_timeout_s", 5.0))
+        kafka = install_kafka(
+            engine,
+            EVENTS,
+            bootstrap=bootstrap,
+            connect_timeout_s=1.0,
+            request_timeout_s=settings.pop("request_timeout_s", 5.0),
+        )
         runtime = pod(engine, name)
         await kafka.start()
         made.append(Pod(engine, runtime, kafka))
@@ -92,7 +97,8 @@ async def test_outage_of_days_spends_no_attempt_and_drains_in_key_order(
     tansu.kill()  # Kafka is down before anything was sent
     items = [
         {"key": k, "version": v, "payload": {"k": k, "v": v}, "code": "do_update"}
-        for v in (2, 1) for k in reversed(keys)  # enqueued out of order on purpose
+        for v in (2, 1)
+        for k in reversed(keys)  # enqueued out of order on purpose
     ]
     runs = Runs()
     a.engine.observers.add(runs)
@@ -205,8 +211,13 @@ async def test_stall_past_the_lease_sends_nothing_more_and_its_late_outcome_is_l
 async def test_kafka_disabled_rows_wait_paused_and_nothing_is_sent(
     tansu: Tansu, pods: Any, store: Store, clock: FakeClock
 ) -> None:
-    a = await pods("pod-a", tansu.bootstrap, kafka_enabled=False, partition_lease_s=7200.0,
-                   worker_live_s=7200.0)
+    a = await pods(
+        "pod-a",
+        tansu.bootstrap,
+        kafka_enabled=False,
+        partition_lease_s=7200.0,
+        worker_live_s=7200.0,
+    )
     (job_id,) = await enqueue(a.engine, "kafka:orders", [{"key": keys_in(P, 1)[0], "payload": 1}])
     await drain(a.runtime, P)
     for _ in range(10):

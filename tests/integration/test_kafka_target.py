@@ -80,15 +80,16 @@ async def make_target() -> AsyncIterator[Any]:
         await target.stop()
 
 
-async def test_record_key_value_headers_topic_and_override(
-    tansu: Tansu, make_target: Any
-) -> None:
+async def test_record_key_value_headers_topic_and_override(tansu: Tansu, make_target: Any) -> None:
     events = [KafkaEvent("do_update_oms", "orders")]
-    target = make_target(tansu.bootstrap, events=events, topic_overrides={"do_update_oms": "orders.v2"})
+    target = make_target(
+        tansu.bootstrap, events=events, topic_overrides={"do_update_oms": "orders.v2"}
+    )
     await target.start()
     plain = make_job("orders", {"no": "DO-1", "status": "ชำระแล้ว"}, headers={"x-src": "tms"})
-    overridden = make_job("orders", {"no": "DO-2"}, code="do_update_oms", key="DO-2",
-                          headers={"event_id": "evt-2"})
+    overridden = make_job(
+        "orders", {"no": "DO-2"}, code="do_update_oms", key="DO-2", headers={"event_id": "evt-2"}
+    )
     await run(target, plain)
     await run(target, overridden)
 

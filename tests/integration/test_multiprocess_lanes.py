@@ -73,7 +73,10 @@ class Workers:
     def __init__(self, url: str, out: Path, delay_s: float) -> None:
         self.url = url
         self.env = {
-            **os.environ, **FAST_ENV, "LANES_OUT": str(out), "LANES_DELAY_S": str(delay_s),
+            **os.environ,
+            **FAST_ENV,
+            "LANES_OUT": str(out),
+            "LANES_DELAY_S": str(delay_s),
             "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         }
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -81,9 +84,22 @@ class Workers:
     def spawn(self, name: str, log: Path, app: str = APP) -> subprocess.Popen[bytes]:
         with log.open("wb") as sink:
             proc = subprocess.Popen(
-                [str(JOBLEDGER), "--store", self.url, "worker", "--app", app, "--pod-id", name,
-                 "--log-level", "WARNING"],
-                cwd=ROOT, env=self.env, stdout=sink, stderr=subprocess.STDOUT,
+                [
+                    str(JOBLEDGER),
+                    "--store",
+                    self.url,
+                    "worker",
+                    "--app",
+                    app,
+                    "--pod-id",
+                    name,
+                    "--log-level",
+                    "WARNING",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
             )
         self.procs.append(proc)
         return proc
@@ -114,7 +130,8 @@ async def wait_until(check: Any, timeout_s: float, what: str) -> None:
 async def lease_counts(store: Store) -> Counter[str]:
     now = SystemClock().now()
     return Counter(
-        lease.owner for lease in await store.leases()
+        lease.owner
+        for lease in await store.leases()
         if lease.owner is not None and lease.lease_until is not None and lease.lease_until > now
     )
 
@@ -174,7 +191,10 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
                     for key in range(40):
                         for version in range(1, 11):
                             done = await engine.enqueue(
-                                target, {"v": version}, tx=tx, key=f"{target}-{key}",
+                                target,
+                                {"v": version},
+                                tx=tx,
+                                key=f"{target}-{key}",
                                 version=version,
                             )
                             assert done.job_id is not None

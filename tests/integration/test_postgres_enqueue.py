@@ -49,7 +49,9 @@ async def column_types(pg: PostgresStore, table: str) -> dict[str, str]:
     return {r["attname"]: r["type"] for r in rows}
 
 
-async def test_the_statement_and_the_copy_write_every_column_as_its_table_type(pg: PostgresStore) -> None:
+async def test_the_statement_and_the_copy_write_every_column_as_its_table_type(
+    pg: PostgresStore,
+) -> None:
     def expected(types: dict[str, str], column: str) -> str:
         sql_type = types.get(column, "text")
         return _TYPE_NAMES.get(sql_type, sql_type)
@@ -68,8 +70,13 @@ async def test_the_statement_and_the_copy_write_every_column_as_its_table_type(p
 
 def opening(clock: FakeClock, n: int, dedupe: str) -> Change:
     return jobs.enqueued(
-        job_id=f"job-{n}", spec=NewJob("kafka:t", {"n": n}), code="kafka:t",
-        lane=jobs.Lane.FAST, partition=n % 4, dedupe_key=dedupe, stamp=Stamp(clock.now()),
+        job_id=f"job-{n}",
+        spec=NewJob("kafka:t", {"n": n}),
+        code="kafka:t",
+        lane=jobs.Lane.FAST,
+        partition=n % 4,
+        dedupe_key=dedupe,
+        stamp=Stamp(clock.now()),
     )
 
 
@@ -78,7 +85,9 @@ async def test_two_statements_of_one_transaction_keep_positions_growing(
 ) -> None:
     async with pg.transaction() as tx:
         assert await pg.append_in(tx, [opening(clock, 1, "a"), opening(clock, 2, "b")]) == [
-            True, True]
+            True,
+            True,
+        ]
         # a loser in the middle leaves a gap, never a reused position
         assert await pg.append_in(
             tx, [opening(clock, 3, "c"), opening(clock, 4, "a"), opening(clock, 5, "e")]
@@ -92,19 +101,31 @@ async def test_two_statements_of_one_transaction_keep_positions_growing(
     assert await business_count(pg) == 1
 
 
-def batch(clock: FakeClock, tag: str, n: int = COPY_FROM, *, seen: str | None = None) -> list[Change]:
+def batch(
+    clock: FakeClock, tag: str, n: int = COPY_FROM, *, seen: str | None = None
+) -> list[Change]:
     """`n` new jobs (enough for the COPY path); the middle one reuses dedupe key `seen`."""
     out = []
     for k in range(n):
         dedupe = seen if seen is not None and k == n // 2 else f"{tag}-{k}"
-        spec = NewJob("kafka:t", None if k % 11 == 0 else {"k": k, "s": "tab\there ü"},
-                      key=None if k % 5 == 0 else f"key-{k % 7}",
-                      headers={"h": "v"} if k % 2 else None,
-                      run_at=clock.now() + timedelta(seconds=k) if k % 3 == 0 else None)
-        out.append(jobs.enqueued(
-            job_id=f"{tag}-job-{k:04d}", spec=spec, code="kafka:t", lane=jobs.Lane.FAST,
-            partition=k % 4, dedupe_key=dedupe, stamp=Stamp(clock.now(), Actor(id="u", via="api")),
-        ))
+        spec = NewJob(
+            "kafka:t",
+            None if k % 11 == 0 else {"k": k, "s": "tab\there ü"},
+            key=None if k % 5 == 0 else f"key-{k % 7}",
+            headers={"h": "v"} if k % 2 else None,
+            run_at=clock.now() + timedelta(seconds=k) if k % 3 == 0 else None,
+        )
+        out.append(
+            jobs.enqueued(
+                job_id=f"{tag}-job-{k:04d}",
+                spec=spec,
+                code="kafka:t",
+                lane=jobs.Lane.FAST,
+                partition=k % 4,
+                dedupe_key=dedupe,
+                stamp=Stamp(clock.now(), Actor(id="u", via="api")),
+            )
+        )
     return out
 
 
@@ -142,7 +163,9 @@ async def test_a_large_batch_with_a_seen_dedupe_key_drops_that_job_alone(
     assert await business_count(pg) == 1
 
 
-async def test_a_rolled_back_large_batch_leaves_nothing(pg: PostgresStore, clock: FakeClock) -> None:
+async def test_a_rolled_back_large_batch_leaves_nothing(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
     with pytest.raises(RuntimeError):
         async with pg.transaction() as tx:
             await pg.append_in(tx, batch(clock, "c"))

@@ -119,14 +119,16 @@ async def log_reads(big: PostgresStore) -> None:
     )
     check(
         await explain(
-            big, f"SELECT * FROM {s}.events WHERE stream = %(s)s ORDER BY version",
+            big,
+            f"SELECT * FROM {s}.events WHERE stream = %(s)s ORDER BY version",
             {"s": "job:" + "0" * 31 + "1"},
         ),
         "events_stream_version_key",
     )
     check(
         await explain(
-            big, f"SELECT dedupe_key FROM {s}.events WHERE dedupe_key = ANY(%(k)s)",
+            big,
+            f"SELECT dedupe_key FROM {s}.events WHERE dedupe_key = ANY(%(k)s)",
             {"k": ["d1", "d2"]},
         ),
         "events_dedupe",

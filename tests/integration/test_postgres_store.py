@@ -35,13 +35,25 @@ async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
         yield store
 
 
-def new_job(clock: FakeClock, *, target: str = "kafka:t", lane: Lane = Lane.FAST,
-            key: str | None = None, dedupe: str | None = None, payload: Any = None) -> Change:
+def new_job(
+    clock: FakeClock,
+    *,
+    target: str = "kafka:t",
+    lane: Lane = Lane.FAST,
+    key: str | None = None,
+    dedupe: str | None = None,
+    payload: Any = None,
+) -> Change:
     job_id = new_id(int(clock.now().timestamp() * 1000))
     dedupe_key = dedupe or job_id
     return jobs.enqueued(
-        job_id=job_id, spec=NewJob(target, payload, key=key), code=target, lane=lane,
-        partition=partition_of(key, dedupe_key), dedupe_key=dedupe_key, stamp=Stamp(clock.now()),
+        job_id=job_id,
+        spec=NewJob(target, payload, key=key),
+        code=target,
+        lane=lane,
+        partition=partition_of(key, dedupe_key),
+        dedupe_key=dedupe_key,
+        stamp=Stamp(clock.now()),
     )
 
 
@@ -113,8 +125,12 @@ async def test_a_seen_dedupe_key_inserts_nothing_and_never_aborts_the_callers_tr
     async with pg.transaction() as tx:
         # the same key again, and twice within one call: the first of the call wins
         flags = await pg.append_in(
-            tx, [new_job(clock, dedupe="d-1"), new_job(clock, dedupe="d-2"),
-                 new_job(clock, dedupe="d-2")]
+            tx,
+            [
+                new_job(clock, dedupe="d-1"),
+                new_job(clock, dedupe="d-2"),
+                new_job(clock, dedupe="d-2"),
+            ],
         )
         assert flags == [False, True, False]
         await business_write(tx, "still fine")  # the transaction is not aborted
@@ -171,7 +187,9 @@ async def test_apply_drops_losers_one_by_one_and_keeps_the_rest(
     assert left[rows[0].id].inflight_token == "t1"
     assert left[rows[1].id].inflight_token == "t0"
     assert [e.type for e in await pg.read_stream(rows[4].stream)] == [
-        "JobEnqueued", "JobDispatched", "JobCancelled",
+        "JobEnqueued",
+        "JobDispatched",
+        "JobCancelled",
     ]
 
 
@@ -201,8 +219,9 @@ async def test_the_lease_guard_and_running_code_collisions_drop_only_their_chang
     longs = [new_job(clock, target="schedule:x", lane=Lane.LONG) for _ in range(3)]
     assert await pg.apply(longs) == [True] * 3
     claims = [
-        jobs.claim(c.row, token=f"c{i}", pod="p", lease=timedelta(minutes=5), exclusive=True,
-                   stamp=stamp)
+        jobs.claim(
+            c.row, token=f"c{i}", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=stamp
+        )
         for i, c in enumerate(longs)
     ]
     plain = jobs.dispatch((await pg.get_job(b.row.id)), token="t", pod="p", stamp=stamp)  # type: ignore[arg-type]
@@ -307,12 +326,14 @@ async def test_an_outcome_event_keeps_its_exact_number_text(
     await pg.apply([opened])
     policy = OutcomePolicy(DeliveryMode.AT_LEAST_ONCE, 6, (1.0,))
     stamp = Stamp(clock.now(), SYSTEM, "t")
-    failed = jobs.decide_outcome(opened.row, RunResult(Result.ANSWERED, error="é ✓",
-                                                        duration_ms=1e20), policy, stamp)
+    failed = jobs.decide_outcome(
+        opened.row, RunResult(Result.ANSWERED, error="é ✓", duration_ms=1e20), policy, stamp
+    )
     assert await pg.apply([failed.change]) == [True]
     assert isinstance(failed.change.row, Job)
-    done = jobs.decide_outcome(failed.change.row, RunResult(Result.OK, duration_ms=-0.0),
-                               policy, stamp)
+    done = jobs.decide_outcome(
+        failed.change.row, RunResult(Result.OK, duration_ms=-0.0), policy, stamp
+    )
     assert await pg.apply([done.change]) == [True]
     events = await pg.read_stream(opened.stream)
     assert [e.type for e in events] == ["JobEnqueued", "JobFailed", "JobSucceeded"]

@@ -45,7 +45,9 @@ async def _tick_all(url: str, index: int, barrier: Barrier) -> int:
     await store.open()
     try:
         clock = FakeClock(START)
-        scheduler = Scheduler(Engine(store, clock=clock, settings=Settings(partitions=store.partitions)))
+        scheduler = Scheduler(
+            Engine(store, clock=clock, settings=Settings(partitions=store.partitions))
+        )
         scheduler.declare(CODE, "* * * * *", _slot, missed_slot_policy="run_once")
         barrier.wait()
         await scheduler.sync()  # all three race on the first insert too
@@ -83,9 +85,11 @@ async def test_three_processes_one_job_per_slot(kind: str, tmp_path: Path) -> No
         for proc in procs:
             proc.start()
         try:
-            outcome = dict(await asyncio.to_thread(
-                lambda: [results.get(timeout=600) for _ in range(PROCESSES)]
-            ))
+            outcome = dict(
+                await asyncio.to_thread(
+                    lambda: [results.get(timeout=600) for _ in range(PROCESSES)]
+                )
+            )
         finally:
             for proc in procs:
                 proc.join(timeout=30)
@@ -104,11 +108,11 @@ async def test_three_processes_one_job_per_slot(kind: str, tmp_path: Path) -> No
             assert verify_chain(events) == []
             jobs, total = await store.list_jobs(JobFilter(code=CODE), offset=0, limit=SLOTS + 10)
             assert total == SLOTS
-            expected = {slot_dedupe_key(CODE, START + timedelta(minutes=m))
-                        for m in range(1, SLOTS + 1)}
+            expected = {
+                slot_dedupe_key(CODE, START + timedelta(minutes=m)) for m in range(1, SLOTS + 1)
+            }
             assert {j.dedupe_key for j in jobs} == expected
-            named = {e.data["job_id"] for e in events
-                     if e.type == EventType.SCHEDULE_SLOT_ENQUEUED}
+            named = {e.data["job_id"] for e in events if e.type == EventType.SCHEDULE_SLOT_ENQUEUED}
             assert named == {j.id for j in jobs}  # every advance names the job it wrote
         finally:
             await store.close()

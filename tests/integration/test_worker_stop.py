@@ -130,9 +130,22 @@ def spawn(workers: Workers, url: str, name: str, log: Path) -> subprocess.Popen[
     """A worker like `Workers.spawn`, on `url`, logging at INFO (the stop's steps)."""
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [str(JOBLEDGER), "--store", url, "worker", "--app", APP, "--pod-id", name,
-             "--log-level", "INFO"],
-            cwd=ROOT, env=workers.env, stdout=sink, stderr=subprocess.STDOUT,
+            [
+                str(JOBLEDGER),
+                "--store",
+                url,
+                "worker",
+                "--app",
+                APP,
+                "--pod-id",
+                name,
+                "--log-level",
+                "INFO",
+            ],
+            cwd=ROOT,
+            env=workers.env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
         )
     workers.procs.append(proc)
     return proc
@@ -164,8 +177,13 @@ async def test_sigterm_with_the_database_unreachable_exits_within_the_stop_timeo
                 for target in ("mp:amo", "mp:alo", "mp:long"):
                     for key in range(30):
                         for version in range(1, 4):
-                            done = await engine.enqueue(target, {"v": version}, tx=tx,
-                                                        key=f"{target}-{key}", version=version)
+                            done = await engine.enqueue(
+                                target,
+                                {"v": version},
+                                tx=tx,
+                                key=f"{target}-{key}",
+                                version=version,
+                            )
                             assert done.job_id is not None
                             ids.append(done.job_id)
 
@@ -208,8 +226,12 @@ async def test_sigterm_with_the_database_unreachable_exits_within_the_stop_timeo
     count: dict[str, int] = {}
     for d in deliveries(out):
         count[d["id"]] = count.get(d["id"], 0) + 1
-    target_of = {job_id: target for job_id, target in zip(
-        ids, [t for t in ("mp:amo", "mp:alo", "mp:long") for _ in range(90)], strict=True)}
+    target_of = {
+        job_id: target
+        for job_id, target in zip(
+            ids, [t for t in ("mp:amo", "mp:alo", "mp:long") for _ in range(90)], strict=True
+        )
+    }
     for job_id, target in target_of.items():
         if target == "mp:amo":
             assert count.get(job_id, 0) <= 1
@@ -227,4 +249,3 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         return None
-

@@ -74,15 +74,21 @@ class World:
     async def running(self, target: str = "report:build", **kw: Any) -> str:
         job_id = await self.enqueue(target, **kw)
         change = jobs.claim(
-            await self.job(job_id), token="t" * 32, pod="pod-1", lease=timedelta(minutes=5),
-            exclusive=False, stamp=self.stamp(),
+            await self.job(job_id),
+            token="t" * 32,
+            pod="pod-1",
+            lease=timedelta(minutes=5),
+            exclusive=False,
+            stamp=self.stamp(),
         )
         assert (await self.store.apply([change])) == [True]
         return job_id
 
     async def inflight(self, target: str = "kafka:orders", **kw: Any) -> str:
         job_id = await self.enqueue(target, **kw)
-        change = jobs.dispatch(await self.job(job_id), token="f" * 32, pod="pod-1", stamp=self.stamp())
+        change = jobs.dispatch(
+            await self.job(job_id), token="f" * 32, pod="pod-1", stamp=self.stamp()
+        )
         assert (await self.store.apply([change])) == [True]
         return job_id
 

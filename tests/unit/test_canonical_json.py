@@ -17,9 +17,22 @@ from jobledger.domain.timeutil import at_ms, iso
 REFERENCE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 VALUES = [
-    "x", "é\u2028\x00\"\\", 1, 1.5, -0.0, 1e20, 1e-7, 3.141592653589793, True, None, [], {},
-    {"b": 1, "a": [1, {"z": "ü", "y": None}], "c": {"k": 1.0}}, [1, "2", 3.0, False],
-    12345678901234567890, {"nan": float("nan"), "inf": float("-inf")},
+    "x",
+    'é\u2028\x00"\\',
+    1,
+    1.5,
+    -0.0,
+    1e20,
+    1e-7,
+    3.141592653589793,
+    True,
+    None,
+    [],
+    {},
+    {"b": 1, "a": [1, {"z": "ü", "y": None}], "c": {"k": 1.0}},
+    [1, "2", 3.0, False],
+    12345678901234567890,
+    {"nan": float("nan"), "inf": float("-inf")},
 ]
 
 
@@ -55,17 +68,32 @@ JSON_VALUES = st.recursive(
 )
 
 
-
 def _hash_of(data: object) -> str:
-    return event_hash(stream="job:x", version=2, type="JobSucceeded", data=data,  # type: ignore[arg-type]
-                      at=datetime(2026, 1, 1, tzinfo=UTC), actor=None, trace_id=None,
-                      prev_hash="")
+    return event_hash(
+        stream="job:x",
+        version=2,
+        type="JobSucceeded",
+        data=data,  # type: ignore[arg-type]
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        actor=None,
+        trace_id=None,
+        prev_hash="",
+    )
 
 
 def _reference_hash_of(data: object) -> str:
-    body = canonical_json({"stream": "job:x", "version": 2, "type": "JobSucceeded",
-                           "data": data, "at": "2026-01-01T00:00:00.000Z", "actor": None,
-                           "trace_id": None, "prev": ""})
+    body = canonical_json(
+        {
+            "stream": "job:x",
+            "version": 2,
+            "type": "JobSucceeded",
+            "data": data,
+            "at": "2026-01-01T00:00:00.000Z",
+            "actor": None,
+            "trace_id": None,
+            "prev": "",
+        }
+    )
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -76,11 +104,28 @@ def test_the_event_hash_writes_every_number_as_the_standard_library(value: float
     assert _hash_of(data) == _reference_hash_of(data)
 
 
-@pytest.mark.parametrize("value", [*VALUES, 1e-5, 4.1e-05, 9.99e-5, 1e-4, 1e16, 1e15,
-                                   9999999999999998.0, 5e-324, 2**63, 2**64, -(2**63) - 1,
-                                   (1, 2), {"k": (1.5, "x")}])
+@pytest.mark.parametrize(
+    "value",
+    [
+        *VALUES,
+        1e-5,
+        4.1e-05,
+        9.99e-5,
+        1e-4,
+        1e16,
+        1e15,
+        9999999999999998.0,
+        5e-324,
+        2**63,
+        2**64,
+        -(2**63) - 1,
+        (1, 2),
+        {"k": (1.5, "x")},
+    ],
+)
 def test_the_event_hash_matches_at_the_edges(value: object) -> None:
     assert _hash_of({"v": value}) == _reference_hash_of({"v": value})
+
 
 @settings(max_examples=500, deadline=None)
 @given(st.dictionaries(st.text(), JSON_VALUES, max_size=4), st.text(), st.text() | st.none())
@@ -90,18 +135,45 @@ def test_event_hash_is_the_sha256_of_the_canonical_envelope(
     at = datetime(2026, 11, 29, 14, 33, 18, 123000, tzinfo=UTC)
     actor = Actor(id=text, via="http", role=None)
     try:
-        expected_body = canonical_json({
-            "stream": f"job:{text}", "version": 3, "type": "JobFailed", "data": data,
-            "at": iso(at), "actor": actor.to_json(), "trace_id": trace, "prev": "ab" * 32,
-        }).encode()
+        expected_body = canonical_json(
+            {
+                "stream": f"job:{text}",
+                "version": 3,
+                "type": "JobFailed",
+                "data": data,
+                "at": iso(at),
+                "actor": actor.to_json(),
+                "trace_id": trace,
+                "prev": "ab" * 32,
+            }
+        ).encode()
     except UnicodeEncodeError:
         return  # lone surrogates: no JSON text to hash
     expected = hashlib.sha256(expected_body).hexdigest()
-    assert event_hash(stream=f"job:{text}", version=3, type="JobFailed", data=data, at=at,
-                      actor=actor, trace_id=trace, prev_hash="ab" * 32) == expected
+    assert (
+        event_hash(
+            stream=f"job:{text}",
+            version=3,
+            type="JobFailed",
+            data=data,
+            at=at,
+            actor=actor,
+            trace_id=trace,
+            prev_hash="ab" * 32,
+        )
+        == expected
+    )
 
 
 def test_a_lone_surrogate_fails_as_it_always_did() -> None:
     with pytest.raises(UnicodeEncodeError):
-        event_hash(stream="job:x", version=1, type="JobEnqueued", data={"x": "\ud800"},
-                   at=datetime(2026, 1, 1, tzinfo=UTC), actor=None, trace_id=None, prev_hash="")
+        event_hash(
+            stream="job:x",
+            version=1,
+            type="JobEnqueued",
+            data={"x": "\ud800"},
+            at=datetime(2026, 1, 1, tzinfo=UTC),
+            actor=None,
+            trace_id=None,
+            prev_hash="",
+        )

@@ -24,12 +24,28 @@ NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 @pytest.mark.parametrize(
     "expr",
     [
-        "", "* * * *", "* * * * * *", "0 0 * * * * *",  # field count
-        "60 * * * *", "* 24 * * *", "* * 0 * *", "* * 32 * *", "* * * 0 *", "* * * 13 *",
+        "",
+        "* * * *",
+        "* * * * * *",
+        "0 0 * * * * *",  # field count
+        "60 * * * *",
+        "* 24 * * *",
+        "* * 0 * *",
+        "* * 32 * *",
+        "* * * 0 *",
+        "* * * 13 *",
         "* * * * 8",  # out of range
-        "*/0 * * * *", "a * * * *", "5-1 * * * *", "1- * * * *", "-1 * * * *", "1,,2 * * * *",
-        "* * * FOO *", "* * * * FUNDAY", "@every_minute",  # malformed
-        "0 0 30 2 *", "0 0 31 4,6 *",  # never fires
+        "*/0 * * * *",
+        "a * * * *",
+        "5-1 * * * *",
+        "1- * * * *",
+        "-1 * * * *",
+        "1,,2 * * * *",
+        "* * * FOO *",
+        "* * * * FUNDAY",
+        "@every_minute",  # malformed
+        "0 0 30 2 *",
+        "0 0 31 4,6 *",  # never fires
     ],
 )
 def test_invalid_crons_are_rejected(expr: str) -> None:
@@ -64,7 +80,9 @@ def test_a_cron_that_does_not_fire_within_five_years_is_rejected() -> None:
 )
 def test_names_ranges_steps_and_extras(expr: str, after: str, expected: str) -> None:
     start = datetime.fromisoformat(after).replace(tzinfo=UTC)
-    assert cron.next_slot(expr, "UTC", start) == datetime.fromisoformat(expected).replace(tzinfo=UTC)
+    assert cron.next_slot(expr, "UTC", start) == datetime.fromisoformat(expected).replace(
+        tzinfo=UTC
+    )
 
 
 def test_next_slot_is_strictly_after_and_in_the_zone() -> None:
@@ -87,8 +105,13 @@ def test_unknown_time_zone() -> None:
 @pytest.mark.parametrize(
     ("expr", "minutes"),
     [
-        ("* * * * *", 1), ("*/5 * * * *", 5), ("0,1 * * * *", 1), ("*/15 9-17 * * *", 15),
-        ("0 * * * *", 60), ("0 9 * * 1-5", 1440), ("0 0 1 1 *", 365 * 1440),
+        ("* * * * *", 1),
+        ("*/5 * * * *", 5),
+        ("0,1 * * * *", 1),
+        ("*/15 9-17 * * *", 15),
+        ("0 * * * *", 60),
+        ("0 9 * * 1-5", 1440),
+        ("0 0 1 1 *", 365 * 1440),
     ],
 )
 def test_interval_is_the_shortest_gap(expr: str, minutes: int) -> None:
@@ -111,8 +134,12 @@ def test_slots_between_and_latest_slot_after_a_long_downtime() -> None:
 # --- daylight saving time ----------------------------------------------------------------
 
 ZONES = [
-    "Europe/Berlin", "America/New_York", "Europe/London", "Australia/Sydney",
-    "America/Santiago", "America/Havana",
+    "Europe/Berlin",
+    "America/New_York",
+    "Europe/London",
+    "Australia/Sydney",
+    "America/Santiago",
+    "America/Havana",
 ]
 
 
@@ -149,7 +176,7 @@ def test_daily_cron_inside_the_gap_fires_once_at_the_first_valid_instant(tz: str
     springs = [t for t in transitions(tz) if t[2] > t[1]]
     assert springs, f"{tz} has a spring-forward in 2026"
     for instant, before, _after in springs:
-        wall = (instant.replace(tzinfo=None) + before)  # the first wall time that does not exist
+        wall = instant.replace(tzinfo=None) + before  # the first wall time that does not exist
         expr = f"{wall.minute} {wall.hour} * * *"
         slots = around(instant, expr, tz)
         assert set(local_dates(tz, slots).values()) == {1}, (tz, expr, slots)
@@ -180,12 +207,18 @@ def test_daily_cron_in_the_repeated_hour_fires_once_at_the_first(tz: str) -> Non
 )
 def test_0_2_daily_in_berlin_and_new_york(tz: str, fall_back: date, spring_forward: date) -> None:
     zone = ZoneInfo(tz)
-    fb = [s for s in around(datetime.combine(fall_back, datetime.min.time(), UTC), "0 2 * * *", tz)
-          if s.astimezone(zone).date() == fall_back]
+    fb = [
+        s
+        for s in around(datetime.combine(fall_back, datetime.min.time(), UTC), "0 2 * * *", tz)
+        if s.astimezone(zone).date() == fall_back
+    ]
     assert len(fb) == 1
     assert fb[0].astimezone(zone).hour == 2 and fb[0].astimezone(zone).fold == 0
-    sf = [s for s in around(datetime.combine(spring_forward, datetime.min.time(), UTC), "0 2 * * *", tz)
-          if s.astimezone(zone).date() == spring_forward]
+    sf = [
+        s
+        for s in around(datetime.combine(spring_forward, datetime.min.time(), UTC), "0 2 * * *", tz)
+        if s.astimezone(zone).date() == spring_forward
+    ]
     assert len(sf) == 1
     assert (sf[0].astimezone(zone).hour, sf[0].astimezone(zone).minute) == (3, 0)
 
@@ -206,8 +239,17 @@ def test_hourly_and_minutely_crons_follow_elapsed_time(tz: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     tz=st.sampled_from(ZONES),
-    expr=st.sampled_from(["0 2 * * *", "30 2 * * *", "0 1-3 * * *", "15 0,1,2 * * *",
-                          "0 * * * *", "*/20 * * * *", "45 23 * * *"]),
+    expr=st.sampled_from(
+        [
+            "0 2 * * *",
+            "30 2 * * *",
+            "0 1-3 * * *",
+            "15 0,1,2 * * *",
+            "0 * * * *",
+            "*/20 * * * *",
+            "45 23 * * *",
+        ]
+    ),
     offset_s=st.integers(min_value=-30 * 3600, max_value=30 * 3600),
     which=st.integers(min_value=0, max_value=1),
 )

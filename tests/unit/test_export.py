@@ -82,8 +82,17 @@ async def test_the_export_command_writes_a_file(
         await store.close()
     since, until = start + timedelta(minutes=2), start + timedelta(minutes=4)
     out = tmp_path / "audit.jsonl"
-    args = ["--store", f"sqlite:///{path}", "export", "--since", iso(since),
-            "--until", iso(until), "--out", str(out)]
+    args = [
+        "--store",
+        f"sqlite:///{path}",
+        "export",
+        "--since",
+        iso(since),
+        "--until",
+        iso(until),
+        "--out",
+        str(out),
+    ]
     assert await asyncio.to_thread(main, args) == 0
     expected = [e.to_json() for e in events if since <= e.at < until]
     assert _lines(out.read_text()) == expected and expected
@@ -100,6 +109,13 @@ async def test_bad_times_are_refused(capsys: pytest.CaptureFixture[str]) -> None
     args = ["--store", "memory://", "export", "--since", "yesterday"]
     assert await asyncio.to_thread(main, args) == 2
     assert "invalid_argument" in capsys.readouterr().err
-    args = ["--store", "memory://", "export", "--since", "2026-03-02T10:00Z",
-            "--until", "2026-03-02T09:00Z"]
+    args = [
+        "--store",
+        "memory://",
+        "export",
+        "--since",
+        "2026-03-02T10:00Z",
+        "--until",
+        "2026-03-02T09:00Z",
+    ]
     assert await asyncio.to_thread(main, args) == 2

@@ -18,7 +18,9 @@ from tests.unit.http_helpers import ADMIN, VIEWER, World, client, world
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-async def w(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> AsyncIterator[World]:
+async def w(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[World]:
     """The API over the in-memory store and over a real SQLite file."""
     async with make_store(request.param, tmp_path) as store, world(store, clock) as built:
         yield built
@@ -62,6 +64,7 @@ async def test_list_filters_and_paging(w: World) -> None:
         w.clock.advance(milliseconds=1)  # ids are time-ordered to the millisecond
     dead = await w.dead("kafka:orders", key="k9", code="orders")
     async with client(w.app) as http:
+
         async def get(**params: Any) -> dict[str, Any]:
             response = await http.get("/api/v1/jobs", params=params, headers=ADMIN)
             assert response.status_code == 200, response.text
@@ -122,7 +125,9 @@ async def test_retry_dead_job(w: World) -> None:
     last = (await w.store.read_stream(jobs.job_stream(job_id)))[-1]
     assert last.type == EventType.JOB_RETRIED
     assert last.actor is not None and last.actor.to_json() == {
-        "id": "alice", "via": "http", "role": "admin"
+        "id": "alice",
+        "via": "http",
+        "role": "admin",
     }
     assert last.trace_id == trace
 
@@ -252,7 +257,8 @@ async def test_schedule_enable_disable_override(w: World) -> None:
         assert on.status_code == 200 and on.json()["enabled"] is True
         put = await http.put(
             "/api/v1/schedules/nightly_report/cron_override",
-            json={"cron_override": "30 3 * * *"}, headers=ADMIN,
+            json={"cron_override": "30 3 * * *"},
+            headers=ADMIN,
         )
         assert put.status_code == 200, put.text
         assert put.json()["cron_override"] == "30 3 * * *"
@@ -263,8 +269,10 @@ async def test_schedule_enable_disable_override(w: World) -> None:
     stream = await w.store.read_stream("schedule:nightly_report")
     admin_events = [e for e in stream if e.actor is not None and e.actor.via == "http"]
     assert [e.type for e in admin_events] == [
-        EventType.SCHEDULE_DISABLED, EventType.SCHEDULE_ENABLED,
-        EventType.SCHEDULE_OVERRIDE_SET, EventType.SCHEDULE_OVERRIDE_CLEARED,
+        EventType.SCHEDULE_DISABLED,
+        EventType.SCHEDULE_ENABLED,
+        EventType.SCHEDULE_OVERRIDE_SET,
+        EventType.SCHEDULE_OVERRIDE_CLEARED,
     ]
     assert all(e.actor is not None and e.actor.id == "alice" for e in admin_events)
 
@@ -327,8 +335,12 @@ READS = [
 
 async def test_anonymous_and_bad_keys_get_401_everywhere(w: World) -> None:
     job_id = await w.dead()
-    bad = [{}, {"Authorization": "Bearer wrong-key-123"}, {"Authorization": "Basic YTpi"},
-           {"Authorization": "Bearer "}]
+    bad = [
+        {},
+        {"Authorization": "Bearer wrong-key-123"},
+        {"Authorization": "Basic YTpi"},
+        {"Authorization": "Bearer "},
+    ]
     async with client(w.app) as http:
         for headers in bad:
             for method, path, body in WRITES:
@@ -338,8 +350,9 @@ async def test_anonymous_and_bad_keys_get_401_everywhere(w: World) -> None:
                 assert_error(response, 401, "unauthorized")
                 assert response.headers["www-authenticate"].startswith("Bearer")
             for path in READS:
-                assert_error(await http.get(path.format(id=job_id), headers=headers), 401,
-                             "unauthorized")
+                assert_error(
+                    await http.get(path.format(id=job_id), headers=headers), 401, "unauthorized"
+                )
     assert (await w.job(job_id)).status == jobs.JobStatus.DEAD
 
 
@@ -372,9 +385,11 @@ async def test_events_feed_pages_by_position(w: World) -> None:
         seen = positions
         cursor = first["next"]
         while True:
-            page = (await http.get(
-                "/api/v1/events", params={"after": cursor, "limit": 2}, headers=VIEWER
-            )).json()
+            page = (
+                await http.get(
+                    "/api/v1/events", params={"after": cursor, "limit": 2}, headers=VIEWER
+                )
+            ).json()
             if not page["data"]:
                 assert page["next"] == cursor
                 break
@@ -386,8 +401,11 @@ async def test_events_feed_pages_by_position(w: World) -> None:
         event = first["data"][0]
         assert {"stream", "version", "type", "data", "at", "hash", "prev_hash"} <= set(event)
         for params in ({"after": "-1"}, {"limit": "0"}, {"limit": "1001"}, {"after": "x"}):
-            assert_error(await http.get("/api/v1/events", params=params, headers=VIEWER), 400,
-                         "validation_failed")
+            assert_error(
+                await http.get("/api/v1/events", params=params, headers=VIEWER),
+                400,
+                "validation_failed",
+            )
 
 
 async def test_stats(w: World) -> None:
@@ -404,8 +422,11 @@ async def test_stats(w: World) -> None:
         assert body["queue"]["mail:welcome"]["dead"] == 1
         assert body["totals"]["dead"] == 1
         assert any(r["target"] == "mail:welcome" and r["dead"] == 1 for r in body["hours"])
-        assert_error(await http.get("/api/v1/stats", params={"hours": "0"}, headers=VIEWER),
-                     400, "validation_failed")
+        assert_error(
+            await http.get("/api/v1/stats", params={"hours": "0"}, headers=VIEWER),
+            400,
+            "validation_failed",
+        )
 
 
 async def test_health_and_readiness_need_no_key(w: World) -> None:

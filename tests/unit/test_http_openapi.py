@@ -43,7 +43,8 @@ schema.config.generation.update(with_security_parameters=False)
 
 @schema.parametrize()
 @settings(
-    max_examples=25, deadline=None,
+    max_examples=25,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 def test_api_conforms_to_its_document(case: Any) -> None:

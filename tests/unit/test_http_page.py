@@ -65,8 +65,9 @@ async def test_admin_retries_and_cancels_from_the_page(w: World) -> None:
         assert dead in listing and pending in listing
         assert f'action="/admin/jobs/{dead}/retry"' in listing
         assert f'action="/admin/jobs/{pending}/cancel"' in listing
-        done = await http.post(f"/admin/jobs/{dead}/retry",
-                               data={"csrf": csrf, "next": "/admin?status=DEAD"})
+        done = await http.post(
+            f"/admin/jobs/{dead}/retry", data={"csrf": csrf, "next": "/admin?status=DEAD"}
+        )
         assert done.status_code == 303 and done.headers["location"] == "/admin?status=DEAD"
         flash_page = await http.get("/admin?status=DEAD")
         assert "retried" in flash_page.text
@@ -83,7 +84,9 @@ async def test_admin_retries_and_cancels_from_the_page(w: World) -> None:
     stream = await w.store.read_stream(jobs.job_stream(dead))
     assert stream[-1].type == EventType.JOB_RETRIED
     assert stream[-1].actor is not None and stream[-1].actor.to_json() == {
-        "id": "alice", "via": "http", "role": "admin"
+        "id": "alice",
+        "via": "http",
+        "role": "admin",
     }
 
 
@@ -104,8 +107,11 @@ async def test_viewer_sees_no_buttons_and_cannot_post(w: World) -> None:
         listing = (await http.get("/admin")).text
         assert dead in listing and "data-action" not in listing
         assert "data-action" not in (await http.get("/admin/schedules")).text
-        for path in (f"/admin/jobs/{dead}/retry", f"/admin/jobs/{dead}/skip",
-                     "/admin/schedules/cleanup/disable"):
+        for path in (
+            f"/admin/jobs/{dead}/retry",
+            f"/admin/jobs/{dead}/skip",
+            "/admin/schedules/cleanup/disable",
+        ):
             response = await http.post(path, data={"csrf": csrf})
             assert response.status_code == 403 and "may look but not change" in response.text
     assert (await w.job(dead)).status == jobs.JobStatus.DEAD
@@ -117,10 +123,13 @@ async def test_schedule_commands_from_the_page(w: World) -> None:
         page = (await http.get("/admin/schedules")).text
         assert "nightly_report" in page and "cleanup" in page
         await http.post("/admin/schedules/cleanup/disable", data={"csrf": csrf})
-        await http.post("/admin/schedules/nightly_report/override",
-                        data={"csrf": csrf, "cron_override": "5 5 * * *"})
-        await http.post("/admin/schedules/nightly_report/override",
-                        data={"csrf": csrf, "cron_override": "nope"})
+        await http.post(
+            "/admin/schedules/nightly_report/override",
+            data={"csrf": csrf, "cron_override": "5 5 * * *"},
+        )
+        await http.post(
+            "/admin/schedules/nightly_report/override", data={"csrf": csrf, "cron_override": "nope"}
+        )
         assert "invalid cron" in (await http.get("/admin/schedules")).text
         await http.post("/admin/schedules/missing/enable", data={"csrf": csrf})
         assert "not found" in (await http.get("/admin/schedules")).text

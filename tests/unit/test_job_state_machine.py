@@ -113,7 +113,9 @@ class JobMachine(RuleBasedStateMachine):
             command()  # type: ignore[operator]
         assert self.rows[i] is before
 
-    def pick(self, data: st.DataObject, wanted: Callable[[Model], bool] = lambda m: True) -> int | None:
+    def pick(
+        self, data: st.DataObject, wanted: Callable[[Model], bool] = lambda m: True
+    ) -> int | None:
         """A job still in the queue that `wanted` accepts (the engine's read), or None.
 
         The engine finds no row for a job that left the queue, so those get no command.
@@ -131,8 +133,13 @@ class JobMachine(RuleBasedStateMachine):
     def enqueue(self, lane: Lane, mode: DeliveryMode, max_attempts: int) -> None:
         n = len(self.models)
         change = jobs.enqueued(
-            job_id=f"{n:032x}", spec=NewJob("t", {"n": n}, key=f"k{n % 2}"), code="c",
-            lane=lane, partition=n % 4, dedupe_key=f"d{n}", stamp=self.stamp(),
+            job_id=f"{n:032x}",
+            spec=NewJob("t", {"n": n}, key=f"k{n % 2}"),
+            code="c",
+            lane=lane,
+            partition=n % 4,
+            dedupe_key=f"d{n}",
+            stamp=self.stamp(),
         )
         assert change.is_new and len(change.events) == 1
         self.models.append(Model(lane, mode, max_attempts))
@@ -166,8 +173,12 @@ class JobMachine(RuleBasedStateMachine):
             return
         m, row = self.models[i], self.rows[i]
         assert row is not None
-        self.write(i, jobs.claim(row, token=self.token(), pod="p", lease=LEASE,
-                                 exclusive=False, stamp=self.stamp()))
+        self.write(
+            i,
+            jobs.claim(
+                row, token=self.token(), pod="p", lease=LEASE, exclusive=False, stamp=self.stamp()
+            ),
+        )
         m.status, m.lease_until = JobStatus.RUNNING.value, self.now + LEASE
 
     @rule(data=st.data())
@@ -229,7 +240,12 @@ class JobMachine(RuleBasedStateMachine):
         m, row = self.models[i], self.rows[i]
         assert row is not None
         outcome = jobs.reclaim_expired(
-            row, m.mode, token=self.token(), pod="q", lease=LEASE, exclusive=False,
+            row,
+            m.mode,
+            token=self.token(),
+            pod="q",
+            lease=LEASE,
+            exclusive=False,
             stamp=self.stamp(),
         )
         self.write(i, outcome.change)
@@ -281,7 +297,9 @@ class JobMachine(RuleBasedStateMachine):
             assert row.status.value == m.status
             assert row.attempts == m.attempts
             assert (row.inflight_token is not None) == m.inflight
-            assert row.lease_until == (m.lease_until if m.status == JobStatus.RUNNING.value else None)
+            assert row.lease_until == (
+                m.lease_until if m.status == JobStatus.RUNNING.value else None
+            )
             assert (row.claim_token is not None) == (m.status == JobStatus.RUNNING.value)
             assert (row.closed_at is not None) == (m.status == JobStatus.DEAD.value)
 

@@ -11,8 +11,11 @@ from jobledger.targets.kafka_append import Appender
 
 def producer(**changes: object) -> SimpleNamespace:
     accumulator = SimpleNamespace(
-        _batches={}, _closed=False, _exception=None,
-        create_builder=lambda: None, _append_batch=lambda builder, tp: None,
+        _batches={},
+        _closed=False,
+        _exception=None,
+        create_builder=lambda: None,
+        _append_batch=lambda builder, tp: None,
     )
     fields: dict[str, object] = {
         "_message_accumulator": accumulator,

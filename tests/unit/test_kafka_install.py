@@ -27,19 +27,24 @@ def test_declared_events_become_fast_lane_targets_in_their_mode() -> None:
     eng = engine()
     target = install_kafka(eng, EVENTS, bootstrap="127.0.0.1:9092")
     assert eng.targets.names() == [
-        "kafka:audit", "kafka:lastmiles.oms.do-update", "kafka:lastmiles.staffapp.do-update",
+        "kafka:audit",
+        "kafka:lastmiles.oms.do-update",
+        "kafka:lastmiles.staffapp.do-update",
     ]
     for name in eng.targets.names():
         registered = eng.targets.get(name)
         assert registered.lane == Lane.FAST
         assert registered.handler is target
-    assert eng.targets.get("kafka:lastmiles.oms.do-update").delivery_mode == DeliveryMode.AT_MOST_ONCE
+    assert (
+        eng.targets.get("kafka:lastmiles.oms.do-update").delivery_mode == DeliveryMode.AT_MOST_ONCE
+    )
     assert eng.targets.get("kafka:audit").delivery_mode == DeliveryMode.AT_LEAST_ONCE
 
 
 def test_target_topics_setting_adds_targets_and_switches_a_declared_one() -> None:
-    eng = engine(kafka_target_topics="lastmiles.oms.do-update:at_least_once, adhoc ,"
-                                     "adhoc.safe:at_least_once")
+    eng = engine(
+        kafka_target_topics="lastmiles.oms.do-update:at_least_once, adhoc ,adhoc.safe:at_least_once"
+    )
     install_kafka(eng, EVENTS, bootstrap="127.0.0.1:9092")
     modes = {name: eng.targets.get(name).delivery_mode for name in eng.targets.names()}
     assert modes == {
@@ -61,7 +66,9 @@ def test_malformed_target_topics_refuse_to_install(text: str) -> None:
 
 def test_overrides_come_from_the_argument_or_the_settings() -> None:
     eng = engine(kafka_topic_overrides={"do_update_oms": "oms.v2"})
-    assert install_kafka(eng, EVENTS, bootstrap="h:1").topic_overrides == {"do_update_oms": "oms.v2"}
+    assert install_kafka(eng, EVENTS, bootstrap="h:1").topic_overrides == {
+        "do_update_oms": "oms.v2"
+    }
     eng = engine(kafka_topic_overrides={"do_update_oms": "oms.v2"})
     target = install_kafka(eng, EVENTS, bootstrap="h:1", topic_overrides={"audit_event": "a2"})
     assert target.topic_overrides == {"audit_event": "a2"}
@@ -70,8 +77,9 @@ def test_overrides_come_from_the_argument_or_the_settings() -> None:
 
 
 def test_bootstrap_and_timeouts_default_to_the_settings() -> None:
-    eng = engine(kafka_bootstrap="k1:9092,k2:9092", kafka_connect_timeout_s=2.0,
-                 kafka_request_timeout_s=7.0)
+    eng = engine(
+        kafka_bootstrap="k1:9092,k2:9092", kafka_connect_timeout_s=2.0, kafka_request_timeout_s=7.0
+    )
     target = install_kafka(eng, EVENTS, bootstrap=None)
     assert target.options is not None
     assert target.options.bootstrap == "k1:9092,k2:9092"

@@ -197,30 +197,45 @@ def test_unserialisable_payload_is_invalid() -> None:
 
 CASES: list[tuple[BaseException, Phase, KafkaFailure]] = [
     # connect phase: nothing was sent
-    (kerr.KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 1)]"), Phase.CONNECT,
-     KafkaFailure.NOT_SENT),
+    (
+        kerr.KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 1)]"),
+        Phase.CONNECT,
+        KafkaFailure.NOT_SENT,
+    ),
     (ConnectionRefusedError(111, "refused"), Phase.CONNECT, KafkaFailure.NOT_SENT),
     (TimeoutError(), Phase.CONNECT, KafkaFailure.NOT_SENT),
     (ValueError("bad config"), Phase.CONNECT, KafkaFailure.ANSWERED),
     # enqueue phase: metadata / buffer wait, client-side checks
     (kerr.UnknownTopicOrPartitionError(), Phase.ENQUEUE, KafkaFailure.NOT_SENT),
-    (kerr.KafkaTimeoutError("Failed to update metadata after 3.0 secs."), Phase.ENQUEUE,
-     KafkaFailure.NOT_SENT),
+    (
+        kerr.KafkaTimeoutError("Failed to update metadata after 3.0 secs."),
+        Phase.ENQUEUE,
+        KafkaFailure.NOT_SENT,
+    ),
     (TimeoutError(), Phase.ENQUEUE, KafkaFailure.NOT_SENT),
     (kerr.ProducerClosed(), Phase.ENQUEUE, KafkaFailure.NOT_SENT),
-    (kerr.MessageSizeTooLargeError("The message is 2000089 bytes"), Phase.ENQUEUE,
-     KafkaFailure.INVALID),
+    (
+        kerr.MessageSizeTooLargeError("The message is 2000089 bytes"),
+        Phase.ENQUEUE,
+        KafkaFailure.INVALID,
+    ),
     (kerr.TopicAuthorizationFailedError("orders"), Phase.ENQUEUE, KafkaFailure.ANSWERED),
     (AssertionError("Need at least one: key or value"), Phase.ENQUEUE, KafkaFailure.ANSWERED),
     # delivery phase: the request may have left
-    (kerr.NodeNotReadyError("Attempt to send a request to node which is not ready"),
-     Phase.DELIVERY, KafkaFailure.NOT_SENT),
+    (
+        kerr.NodeNotReadyError("Attempt to send a request to node which is not ready"),
+        Phase.DELIVERY,
+        KafkaFailure.NOT_SENT,
+    ),
     (kerr.NotLeaderForPartitionError(), Phase.DELIVERY, KafkaFailure.NOT_SENT),
     (kerr.LeaderNotAvailableError(), Phase.DELIVERY, KafkaFailure.NOT_SENT),
     (kerr.NotEnoughReplicasError(), Phase.DELIVERY, KafkaFailure.NOT_SENT),
     (kerr.UnknownTopicOrPartitionError(), Phase.DELIVERY, KafkaFailure.NOT_SENT),
-    (kerr.KafkaConnectionError("Connection at 127.0.0.1:9092 closed"), Phase.DELIVERY,
-     KafkaFailure.UNKNOWN),
+    (
+        kerr.KafkaConnectionError("Connection at 127.0.0.1:9092 closed"),
+        Phase.DELIVERY,
+        KafkaFailure.UNKNOWN,
+    ),
     (kerr.NotEnoughReplicasAfterAppendError(), Phase.DELIVERY, KafkaFailure.UNKNOWN),
     (kerr.CorrelationIdError(), Phase.DELIVERY, KafkaFailure.UNKNOWN),
     (kerr.RequestTimedOutError(), Phase.DELIVERY, KafkaFailure.TIMED_OUT),
@@ -234,8 +249,9 @@ CASES: list[tuple[BaseException, Phase, KafkaFailure]] = [
 ]
 
 
-@pytest.mark.parametrize(("exc", "phase", "expected"), CASES,
-                         ids=[f"{p.value}-{type(e).__name__}" for e, p, _ in CASES])
+@pytest.mark.parametrize(
+    ("exc", "phase", "expected"), CASES, ids=[f"{p.value}-{type(e).__name__}" for e, p, _ in CASES]
+)
 def test_classify(exc: BaseException, phase: Phase, expected: KafkaFailure) -> None:
     assert classify(exc, phase) == expected
 
@@ -271,8 +287,10 @@ def test_signals_drive_the_outcome_path_as_the_reference_says() -> None:
     def decide(failure: KafkaFailure, mode: DeliveryMode) -> jobs.Outcome:
         exc = signal_for(failure, "t", kerr.RequestTimedOutError())
         result = {
-            TargetUnreachable: R.UNREACHABLE, TargetOutcomeUnknown: R.UNKNOWN,
-            DeadNow: R.DEAD_NOW, KafkaAnswered: R.ANSWERED,
+            TargetUnreachable: R.UNREACHABLE,
+            TargetOutcomeUnknown: R.UNKNOWN,
+            DeadNow: R.DEAD_NOW,
+            KafkaAnswered: R.ANSWERED,
         }[type(exc)]
         run = RunResult(result, str(exc), getattr(exc, "target_up", False))
         return jobs.decide_outcome(job, run, OutcomePolicy(mode, 6, (1, 2, 4, 8, 16)), stamp)

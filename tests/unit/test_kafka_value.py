@@ -18,8 +18,9 @@ from jobledger.targets.kafka_rules import InvalidRecord, encode_value
 
 
 def stdlib(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
 
 
 class Text(str):
@@ -46,20 +47,48 @@ SAME = [
     {"delivery_no": "DO-1", "version": 3, "status": "DELIVERED", "pad": "x" * 64},
     {"ชื่อ": "ไทย", "n": [1, 2, [3, {"deep": True}]], "f": False, "t": True},
     {"none": None, "text": "null", "nested": {"z": None}},
-    "plain text", "é\u2028\x00\x1f\x7f\"\\/\b\f\n\r\t<>&", 0, -1, 2**63, -(2**63), 2**64 - 1,
-    2**64, -(2**64), 10**40,  # past 64 bits: orjson refuses, the standard library writes
-    [], {}, (1, "two"), [True, False, None],
+    "plain text",
+    'é\u2028\x00\x1f\x7f"\\/\b\f\n\r\t<>&',
+    0,
+    -1,
+    2**63,
+    -(2**63),
+    2**64 - 1,
+    2**64,
+    -(2**64),
+    10**40,  # past 64 bits: orjson refuses, the standard library writes
+    [],
+    {},
+    (1, "two"),
+    [True, False, None],
     {"version": "1.2", "id": "3e5", "when": "2026-01-01"},  # float-looking strings
-    Text("sub"), {"k": Number(5)}, Mapping(a=1), {Text("key"): 1}, Colour.RED,
+    Text("sub"),
+    {"k": Number(5)},
+    Mapping(a=1),
+    {Text("key"): 1},
+    Colour.RED,
     {"size": Size.BIG},
 ]
 
-FLOATS = [0.0, -0.0, 0.1, 1.5, 1e15, 1e16, 1e-4, 1e-5, 1e-7, 123456789012345.6,
-          2.5e-05, 1.7976931348623157e308, 5e-324, 1 / 3]
+FLOATS = [
+    0.0,
+    -0.0,
+    0.1,
+    1.5,
+    1e15,
+    1e16,
+    1e-4,
+    1e-5,
+    1e-7,
+    123456789012345.6,
+    2.5e-05,
+    1.7976931348623157e308,
+    5e-324,
+    1 / 3,
+]
 
 
-@pytest.mark.parametrize("payload", SAME + FLOATS + [{"x": f, "y": [f]} for f in FLOATS],
-                         ids=repr)
+@pytest.mark.parametrize("payload", SAME + FLOATS + [{"x": f, "y": [f]} for f in FLOATS], ids=repr)
 def test_value_is_compact_stdlib_json(payload: Any) -> None:
     assert encode_value(payload) == stdlib(payload)
 
@@ -83,10 +112,21 @@ class Point:
     x: int
 
 
-@pytest.mark.parametrize("payload", [
-    float("nan"), {"x": float("inf")}, [float("-inf")], {"s": {1, 2}}, datetime.now(UTC),
-    {"d": date(2026, 1, 1)}, Point(1), {"b": b"bytes"}, object(),
-], ids=repr)
+@pytest.mark.parametrize(
+    "payload",
+    [
+        float("nan"),
+        {"x": float("inf")},
+        [float("-inf")],
+        {"s": {1, 2}},
+        datetime.now(UTC),
+        {"d": date(2026, 1, 1)},
+        Point(1),
+        {"b": b"bytes"},
+        object(),
+    ],
+    ids=repr,
+)
 def test_what_the_stdlib_refuses_is_an_invalid_record(payload: Any) -> None:
     with pytest.raises(InvalidRecord, match="not JSON"):
         encode_value(payload)

@@ -21,8 +21,12 @@ AMO = TargetView(DeliveryMode.AT_MOST_ONCE)
 
 def row(key: str, version: int = 0, target: str = "t", **changes: object) -> Job:
     change = jobs.enqueued(
-        job_id=f"{key}-{version}-{target}", spec=NewJob(target, key=key, version=version),
-        code=target, lane=Lane.FAST, partition=0, dedupe_key=f"{key}:{version}:{target}",
+        job_id=f"{key}-{version}-{target}",
+        spec=NewJob(target, key=key, version=version),
+        code=target,
+        lane=Lane.FAST,
+        partition=0,
+        dedupe_key=f"{key}:{version}:{target}",
         stamp=Stamp(NOW),
     )
     job = change.row

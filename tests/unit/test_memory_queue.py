@@ -28,8 +28,10 @@ async def test_rows_that_leave_and_come_back_are_listed_once() -> None:
     store = MemoryStore(partitions=1)
     engine = Engine(store, clock=clock, settings=Settings(partitions=1))
     register_targets(engine)
-    rows = [await enqueue(engine, FAST, key=f"k{n % 3}", version=n, dedupe_key=f"d{n}")
-            for n in range(9)]
+    rows = [
+        await enqueue(engine, FAST, key=f"k{n % 3}", version=n, dedupe_key=f"d{n}")
+        for n in range(9)
+    ]
     order = [j.id for j in sorted(rows, key=lambda j: (j.order_key, j.version, j.id))]
     assert await listed(store) == order
 

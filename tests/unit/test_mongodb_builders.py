@@ -111,10 +111,20 @@ def test_cas_query_names_row_and_expected_version() -> None:
 
 def test_schedule_change_goes_to_schedules() -> None:
     row = Schedule(
-        code="nightly", cron="0 2 * * *", timezone="Europe/Berlin",
-        missed_slot_policy=MissedSlotPolicy.RUN_ONCE, runs_per_slot=3, enabled=True,
-        cron_override=None, next_run_at=NOW, last_run_at=None, last_skipped_at=None,
-        created_at=NOW, updated_at=NOW, stream_version=1, last_hash="h",
+        code="nightly",
+        cron="0 2 * * *",
+        timezone="Europe/Berlin",
+        missed_slot_policy=MissedSlotPolicy.RUN_ONCE,
+        runs_per_slot=3,
+        enabled=True,
+        cron_override=None,
+        next_run_at=NOW,
+        last_run_at=None,
+        last_skipped_at=None,
+        created_at=NOW,
+        updated_at=NOW,
+        stream_version=1,
+        last_hash="h",
     )
     change = jobs.Change("schedule:nightly", 1, (), row)
     assert b.collection_of(change) == "schedules"
@@ -126,13 +136,17 @@ def test_schedule_change_goes_to_schedules() -> None:
 
 def test_running_code_conflict_only_for_exclusive_running_rows() -> None:
     job = _new(target="schedule:nightly", lane=Lane.LONG).row
-    exclusive = jobs.claim(job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=STAMP)
+    exclusive = jobs.claim(
+        job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=STAMP
+    )
     assert b.running_code_conflict_query(exclusive) == {
         "status": "RUNNING",
         "running_code": "code",
         "_id": {"$ne": job.id},
     }
-    plain = jobs.claim(job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=False, stamp=STAMP)
+    plain = jobs.claim(
+        job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=False, stamp=STAMP
+    )
     assert b.running_code_conflict_query(plain) is None
     assert b.running_code_conflict_query(_new()) is None
 
@@ -198,10 +212,17 @@ def test_partition_lease_documents() -> None:
     query, update = b.release_partitions("pod-a", [1])
     assert query == {"_id": {"$in": [1]}, "owner": "pod-a"}
     assert update == {"$set": {"owner": None, "lease_until": None}}
-    assert b.seed_partition(3) == ({"_id": 3}, {"$setOnInsert": {"owner": None, "lease_until": None}})
+    assert b.seed_partition(3) == (
+        {"_id": 3},
+        {"$setOnInsert": {"owner": None, "lease_until": None}},
+    )
     assert b.heartbeat("pod-a", NOW) == ({"_id": "pod-a"}, {"$set": {"heartbeat_at": NOW}})
     assert b.live_workers_query(NOW) == {"heartbeat_at": {"$gt": NOW}}
-    assert b.lease_held_query("p", NOW, [9]) == {"_id": {"$in": [9]}, "owner": "p", "lease_until": {"$gt": NOW}}
+    assert b.lease_held_query("p", NOW, [9]) == {
+        "_id": {"$in": [9]},
+        "owner": "p",
+        "lease_until": {"$gt": NOW},
+    }
 
 
 def test_log_documents() -> None:
@@ -211,7 +232,9 @@ def test_log_documents() -> None:
     assert b.dedupe_query(["a", "b"]) == {"dedupe_key": {"$in": ["a", "b"]}}
     assert b.stream_exists_query(["job:x"]) == {"stream": {"$in": ["job:x"]}, "version": 1}
     assert b.checkpoint_update(9, {"s": 1}) == {"$set": {"position": 9, "state": {"s": 1}}}
-    assert b.checkpoint_update(0, None, {"_data": "tok"})["$set"]["resume_token"] == {"_data": "tok"}
+    assert b.checkpoint_update(0, None, {"_data": "tok"})["$set"]["resume_token"] == {
+        "_data": "tok"
+    }
 
 
 def test_change_stream_pipeline_watches_whole_row_writes_of_the_read_models() -> None:
@@ -227,14 +250,25 @@ def test_change_stream_pipeline_watches_whole_row_writes_of_the_read_models() ->
     ("change", "expected"),
     [
         (
-            {"ns": {"coll": "jobs"}, "operationType": "insert", "fullDocument": {"partition": 12, "lane": "fast"}},
+            {
+                "ns": {"coll": "jobs"},
+                "operationType": "insert",
+                "fullDocument": {"partition": 12, "lane": "fast"},
+            },
             (frozenset({12}), frozenset({Lane.FAST}), False),
         ),
         (
-            {"ns": {"coll": "jobs"}, "operationType": "replace", "fullDocument": {"partition": 0, "lane": "long"}},
+            {
+                "ns": {"coll": "jobs"},
+                "operationType": "replace",
+                "fullDocument": {"partition": 0, "lane": "long"},
+            },
             (frozenset({0}), frozenset({Lane.LONG}), False),
         ),
-        ({"ns": {"coll": "schedules"}, "operationType": "replace"}, (frozenset(), frozenset(), True)),
+        (
+            {"ns": {"coll": "schedules"}, "operationType": "replace"},
+            (frozenset(), frozenset(), True),
+        ),
         ({"ns": {"coll": "jobs"}, "operationType": "update"}, (None, None, False)),
     ],
 )

@@ -13,8 +13,9 @@ from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 from jobledger.storage.postgres.store import CONNECT_TIMEOUT_S, _bounded_connect  # noqa: E402
 
 
-@pytest.mark.parametrize("dsn", ["postgresql://app@127.0.0.1:5432/orders",
-                                 "host=127.0.0.1 dbname=orders user=app"])
+@pytest.mark.parametrize(
+    "dsn", ["postgresql://app@127.0.0.1:5432/orders", "host=127.0.0.1 dbname=orders user=app"]
+)
 def test_a_dsn_without_a_connect_timeout_gets_the_default(dsn: str) -> None:
     given = conninfo_to_dict(dsn)
     bounded = conninfo_to_dict(_bounded_connect(dsn))

@@ -17,15 +17,19 @@ AT = datetime(2026, 11, 29, tzinfo=UTC)
 def test_arguments_defaults_and_factories_are_the_dataclasses() -> None:
     event = Event("job:x", 1, "JobEnqueued", {"a": 1}, AT, SYSTEM, None, "", "h")
     assert event.position is None and event.hash == "h"
-    assert Event("job:x", 1, "JobEnqueued", {"a": 1}, AT, SYSTEM, None, "", "h", position=7).position == 7
+    assert (
+        Event("job:x", 1, "JobEnqueued", {"a": 1}, AT, SYSTEM, None, "", "h", position=7).position
+        == 7
+    )
     change = Change("job:x", 0, (event,), None)
     assert (change.dedupe_key, change.partition) == (None, None)
     first, second = Outcome(change, "ok"), Outcome(change, "ok")
     assert first.extra == {} and first.extra is not second.extra  # a new dict each
     assert RunResult(Result.OK) == RunResult(result=Result.OK)
     assert Stamp(AT) == Stamp(at=AT, actor=None, trace_id=None)
-    job = Job("i", "c", "t", Lane.FAST, None, 1, 0, None, "d", JobStatus.PENDING, 0, AT, AT,
-              AT, 1, "h")
+    job = Job(
+        "i", "c", "t", Lane.FAST, None, 1, 0, None, "d", JobStatus.PENDING, 0, AT, AT, AT, 1, "h"
+    )
     assert job.closed_at is None and job.headers is None
     assert dataclasses.replace(job, attempts=2).attempts == 2
 

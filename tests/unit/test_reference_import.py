@@ -64,7 +64,9 @@ def test_pending_row_becomes_one_enqueued_event() -> None:
 
 def test_pending_row_with_spent_attempts_keeps_them() -> None:
     retry_at = datetime(2026, 5, 1, 8, 35, tzinfo=UTC)
-    events, row = _events_and_row(_doc(attempts=2, last_error="broker said no", next_run_at=retry_at, updated_at=UPDATED))
+    events, row = _events_and_row(
+        _doc(attempts=2, last_error="broker said no", next_run_at=retry_at, updated_at=UPDATED)
+    )
     assert [e.type for e in events] == [EventType.JOB_ENQUEUED, EventType.JOB_FAILED]
     assert row is not None and row.attempts == 2 and row.next_run_at == retry_at
     assert row.last_error == "broker said no"
@@ -72,7 +74,9 @@ def test_pending_row_with_spent_attempts_keeps_them() -> None:
 
 def test_dead_row_stays_dead_with_reason_and_error() -> None:
     closed = datetime(2026, 5, 1, 9, 1, tzinfo=UTC)
-    events, row = _events_and_row(_doc(status="DEAD", attempts=6, last_error="400", closed_at=closed))
+    events, row = _events_and_row(
+        _doc(status="DEAD", attempts=6, last_error="400", closed_at=closed)
+    )
     assert [e.type for e in events] == [EventType.JOB_ENQUEUED, EventType.JOB_DEAD]
     assert row is not None and row.status == JobStatus.DEAD and row.attempts == 6
     assert row.dead_reason == IMPORT_REASON and row.closed_at == closed and row.last_error == "400"
@@ -80,9 +84,18 @@ def test_dead_row_stays_dead_with_reason_and_error() -> None:
 
 def test_running_long_row_is_pending_again() -> None:
     _, row = _events_and_row(
-        _doc(lane="long", target="schedule:nightly", code="nightly", key=None, status="RUNNING",
-             claim_token="tok", lease_until=UPDATED, running_code="nightly", dedupe_key="nightly:2026-05-01T01:00:00.000Z",
-             partition=partition_of(None, "nightly:2026-05-01T01:00:00.000Z"))
+        _doc(
+            lane="long",
+            target="schedule:nightly",
+            code="nightly",
+            key=None,
+            status="RUNNING",
+            claim_token="tok",
+            lease_until=UPDATED,
+            running_code="nightly",
+            dedupe_key="nightly:2026-05-01T01:00:00.000Z",
+            partition=partition_of(None, "nightly:2026-05-01T01:00:00.000Z"),
+        )
     )
     assert row is not None and row.status == JobStatus.PENDING and row.claim_token is None
 
@@ -103,8 +116,15 @@ def test_ids_keep_creation_order() -> None:
 async def test_import_is_idempotent_on_a_store() -> None:
     store = MemoryStore()
     changes = list(changes_from_reference_job(_doc()).changes) + list(
-        changes_from_reference_job(_doc(_id="6632f1a0c2b5e4a1d3f09a78", dedupe_key="other", key="DO-9",
-                                        status="DEAD", attempts=6)).changes
+        changes_from_reference_job(
+            _doc(
+                _id="6632f1a0c2b5e4a1d3f09a78",
+                dedupe_key="other",
+                key="DO-9",
+                status="DEAD",
+                attempts=6,
+            )
+        ).changes
     )
     assert await store.apply(changes) == [True, True]
     again = list(changes_from_reference_job(_doc()).changes)

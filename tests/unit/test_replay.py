@@ -21,8 +21,14 @@ async def test_an_event_the_fold_rejects_is_a_problem_and_blocks_apply(clock: Fa
     store = MemoryStore()
     await generate(store, clock, jobs_count=8)
     stray = new_event(
-        "job:" + "e" * 32, 1, EventType.JOB_SUCCEEDED, {"attempts": 0},
-        at=clock.now(), actor=None, trace_id=None, prev_hash="",
+        "job:" + "e" * 32,
+        1,
+        EventType.JOB_SUCCEEDED,
+        {"attempts": 0},
+        at=clock.now(),
+        actor=None,
+        trace_id=None,
+        prev_hash="",
     )
     store.log.append(replace(stray, position=len(store.log) + 1))
     victim = next(iter(store.jobs.values()))

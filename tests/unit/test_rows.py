@@ -25,15 +25,20 @@ def _job() -> Job:
     change = enqueued(
         job_id="0193abcd-1234-7abc-9def-0123456789ab",
         spec=NewJob("kafka:t", {"n": 1}, key="k", version=3, headers={"h": "v"}),
-        code="kafka:t", lane=Lane.FAST, partition=7, dedupe_key="d", stamp=Stamp(AT, SYSTEM, "t"),
+        code="kafka:t",
+        lane=Lane.FAST,
+        partition=7,
+        dedupe_key="d",
+        stamp=Stamp(AT, SYSTEM, "t"),
     )
     assert isinstance(change.row, Job)
     return change.row
 
 
 def test_an_event_round_trips_through_its_dict() -> None:
-    event = new_event("job:x", 1, "JobSucceeded", {"attempts": 0}, at=AT, actor=SYSTEM,
-                      trace_id="t", prev_hash="")
+    event = new_event(
+        "job:x", 1, "JobSucceeded", {"attempts": 0}, at=AT, actor=SYSTEM, trace_id="t", prev_hash=""
+    )
     record = event_to_dict(event)
     assert tuple(record) == EVENT_FIELDS
     assert event_from_dict(record) == event
@@ -57,8 +62,10 @@ def test_an_update_writes_the_id_and_the_transition_fields() -> None:
 def test_a_row_in_any_zero_offset_zone_or_another_zone_comes_back_in_utc() -> None:
     job = _job()
     for zone in (ZoneInfo("Etc/UTC"), UTC, timezone(timedelta(hours=2))):
-        values = [v.astimezone(zone) if isinstance(v, datetime) else v
-                  for v in (job_to_dict(job)[name] for name in JOB_FIELDS)]
+        values = [
+            v.astimezone(zone) if isinstance(v, datetime) else v
+            for v in (job_to_dict(job)[name] for name in JOB_FIELDS)
+        ]
         back = job_from_row(values)
         assert back == job
         assert back.created_at.tzinfo is UTC

@@ -26,7 +26,10 @@ def at(delta: timedelta = timedelta(0), actor: Actor | None = None) -> Stamp:
 
 def spec(cron: str = "0 * * * *", **kw: object) -> sched.ScheduleSpec:
     args: dict[str, object] = {
-        "timezone": "UTC", "missed_slot_policy": None, "runs_per_slot": 3, "now": T0,
+        "timezone": "UTC",
+        "missed_slot_policy": None,
+        "runs_per_slot": 3,
+        "now": T0,
         "skip_max_interval": FIVE_MIN,
     }
     args.update(kw)
@@ -58,7 +61,11 @@ def declared(cron: str = "0 * * * *", **kw: object) -> History:
 
 def plan(row: Schedule, delta: timedelta) -> sched.TickPlan | None:
     return sched.plan_tick(
-        row, T0 + delta, grace=GRACE, stamp=at(delta), job_id=f"job{delta.total_seconds():.0f}",
+        row,
+        T0 + delta,
+        grace=GRACE,
+        stamp=at(delta),
+        job_id=f"job{delta.total_seconds():.0f}",
         partitions=64,
     )
 
@@ -90,8 +97,15 @@ def test_bad_declarations(kw: dict[str, object], error: type[Exception]) -> None
 
 def test_bad_code_and_bad_cron() -> None:
     with pytest.raises(InvalidArgument):
-        sched.make_spec("a:b", "* * * * *", timezone="UTC", missed_slot_policy=None,
-                        runs_per_slot=3, now=T0, skip_max_interval=FIVE_MIN)
+        sched.make_spec(
+            "a:b",
+            "* * * * *",
+            timezone="UTC",
+            missed_slot_policy=None,
+            runs_per_slot=3,
+            now=T0,
+            skip_max_interval=FIVE_MIN,
+        )
     with pytest.raises(InvalidCron):
         spec("61 * * * *")
 
@@ -243,8 +257,9 @@ def test_a_month_of_downtime_counts_up_to_the_cap_and_finds_the_newest() -> None
 
 
 def slot_job(row: Schedule, slot: datetime, created: datetime, attempts: int = 0) -> Job:
-    change = sched.slot_job(row.code, slot, job_id="j1", partitions=64,
-                            stamp=Stamp(created, None, None))
+    change = sched.slot_job(
+        row.code, slot, job_id="j1", partitions=64, stamp=Stamp(created, None, None)
+    )
     job: Job = change.row
     return replace(job, attempts=attempts)
 

@@ -186,6 +186,11 @@ async def test_lane_reads_use_their_partial_indexes(
         plans.append(detail)
         assert "SCAN jobs" not in detail, (sql, detail)
     joined = "\n".join(plans)
-    for index in ("jobs_fast_pending", "jobs_long_pending", "jobs_running_lease", "jobs_fast_due",
-                  "jobs_inflight"):
+    for index in (
+        "jobs_fast_pending",
+        "jobs_long_pending",
+        "jobs_running_lease",
+        "jobs_fast_due",
+        "jobs_inflight",
+    ):
         assert index in joined, joined

@@ -56,7 +56,12 @@ async def test_hourly_counts_per_target_and_code(clock: FakeClock) -> None:
     # per 8 jobs (see the workload's scripts): fast 1+1 ok, 2 failed, 1 cancelled,
     # 1+1 dead, 1 skipped; long 1 ok, 1 failed, 1 dead
     assert stats["totals"] == {
-        "succeeded": 9, "failed": 9, "dead": 9, "skipped": 3, "cancelled": 3, "expired": 0,
+        "succeeded": 9,
+        "failed": 9,
+        "dead": 9,
+        "skipped": 3,
+        "cancelled": 3,
+        "expired": 0,
     }
     rows = stats["hours"]
     assert {r["hour"] for r in rows} == {hour_of(start)}

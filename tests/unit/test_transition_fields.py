@@ -29,7 +29,11 @@ def _pending(lane: Lane = Lane.FAST) -> Job:
     change = jobs.enqueued(
         job_id="0193abcd12347abc9def0123456789ab",
         spec=NewJob("kafka:t", {"n": 1}, key="k", version=2, headers={"h": "v"}),
-        code="kafka:t", lane=lane, partition=9, dedupe_key="d", stamp=Stamp(AT, SYSTEM, "t"),
+        code="kafka:t",
+        lane=lane,
+        partition=9,
+        dedupe_key="d",
+        stamp=Stamp(AT, SYSTEM, "t"),
         traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
     )
     assert isinstance(change.row, Job)
@@ -40,11 +44,16 @@ def _rows_after_every_transition() -> list[tuple[str, Job, Job]]:
     pending = _pending()
     long_pending = _pending(Lane.LONG)
     marked = jobs.dispatch(pending, token="tok", pod="p", stamp=STAMP).row
-    claimed = jobs.claim(long_pending, token="c", pod="p", lease=timedelta(minutes=5),
-                         exclusive=True, stamp=STAMP).row
-    out: list[tuple[str, Job, Job]] = [("dispatch", pending, marked), ("claim", long_pending, claimed)]
-    out.append(("renew", claimed, jobs.renew_lease(claimed, lease=timedelta(minutes=5),
-                                                   stamp=STAMP).row))
+    claimed = jobs.claim(
+        long_pending, token="c", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=STAMP
+    ).row
+    out: list[tuple[str, Job, Job]] = [
+        ("dispatch", pending, marked),
+        ("claim", long_pending, claimed),
+    ]
+    out.append(
+        ("renew", claimed, jobs.renew_lease(claimed, lease=timedelta(minutes=5), stamp=STAMP).row)
+    )
     policy = OutcomePolicy(DeliveryMode.AT_LEAST_ONCE, 2, (1.0,))
     for result in Result:
         run = RunResult(result, error="boom", duration_ms=1.0)
@@ -56,12 +65,20 @@ def _rows_after_every_transition() -> list[tuple[str, Job, Job]]:
         row = jobs.take_over(marked, mode, STAMP).change.row
         if isinstance(row, Job):
             out.append((f"take_over {mode}", marked, row))
-        row = jobs.reclaim_expired(claimed, mode, token="c2", pod="q", lease=timedelta(minutes=5),
-                                   exclusive=True, stamp=STAMP).change.row
+        row = jobs.reclaim_expired(
+            claimed,
+            mode,
+            token="c2",
+            pod="q",
+            lease=timedelta(minutes=5),
+            exclusive=True,
+            stamp=STAMP,
+        ).change.row
         if isinstance(row, Job):
             out.append((f"reclaim {mode}", claimed, row))
-    dead = jobs.decide_outcome(marked, RunResult(Result.DEAD_NOW, error="x"), policy,
-                               STAMP).change.row
+    dead = jobs.decide_outcome(
+        marked, RunResult(Result.DEAD_NOW, error="x"), policy, STAMP
+    ).change.row
     assert isinstance(dead, Job)
     out.append(("retry", dead, jobs.retry(dead, STAMP).row))
     return [(name, before, after) for name, before, after in out if isinstance(after, Job)]

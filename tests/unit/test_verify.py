@@ -56,8 +56,13 @@ async def test_an_edit_with_a_recomputed_hash_breaks_the_next_link(filled: Memor
         victim,
         data=data,
         hash=event_hash(
-            stream=victim.stream, version=victim.version, type=victim.type, data=data,
-            at=victim.at, actor=victim.actor, trace_id=victim.trace_id,
+            stream=victim.stream,
+            version=victim.version,
+            type=victim.type,
+            data=data,
+            at=victim.at,
+            actor=victim.actor,
+            trace_id=victim.trace_id,
             prev_hash=victim.prev_hash,
         ),
     )

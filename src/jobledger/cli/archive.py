@@ -35,8 +35,10 @@ def _run(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> int:
         result = await LogArchive(store, args.dir, retention_days=None).archive_before(cutoff)
-        print(f"archived {result.events} events of {result.streams} finished jobs"
-              + (f" to {result.file}" if result.file else ""))
+        print(
+            f"archived {result.events} events of {result.streams} finished jobs"
+            + (f" to {result.file}" if result.file else "")
+        )
         return 0
 
     return run_on_store(args, work)

@@ -44,15 +44,27 @@ SCHEDULE = ("demo_digest", "* * * * *")
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "demo", help="run demo targets, jobs and a schedule on SQLite and serve the admin page",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "demo",
+        help="run demo targets, jobs and a schedule on SQLite and serve the admin page",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_http_options(parser)
-    parser.add_argument("--orders", type=int, default=12, help="sample orders to place (default 12)")
-    parser.add_argument("--no-serve", action="store_true",
-                        help="no HTTP: run until every demo job settled, print a summary, exit")
-    parser.add_argument("--exit-after", type=float, default=None, metavar="SECONDS",
-                        help="stop after this many seconds (for scripts and tests)")
+    parser.add_argument(
+        "--orders", type=int, default=12, help="sample orders to place (default 12)"
+    )
+    parser.add_argument(
+        "--no-serve",
+        action="store_true",
+        help="no HTTP: run until every demo job settled, print a summary, exit",
+    )
+    parser.add_argument(
+        "--exit-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this many seconds (for scripts and tests)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -138,22 +150,41 @@ async def place_orders(app: Any, count: int, run_id: str) -> Placed:
         }
         async with engine.transaction() as tx:
             await _write_order(tx, order)
-            await engine.enqueue(EMAIL, {"order": order_id, "template": "order_placed"},
-                                 tx=tx, key=order_id, dedupe_key=f"{order_id}:email")
+            await engine.enqueue(
+                EMAIL,
+                {"order": order_id, "template": "order_placed"},
+                tx=tx,
+                key=order_id,
+                dedupe_key=f"{order_id}:email",
+            )
             settling += 1
             if n % 3 == 0:
-                await engine.enqueue(WEBHOOK, {"order": order_id, "event": "order.placed"},
-                                     tx=tx, key=order_id, version=1,
-                                     dedupe_key=f"{order_id}:webhook")
+                await engine.enqueue(
+                    WEBHOOK,
+                    {"order": order_id, "event": "order.placed"},
+                    tx=tx,
+                    key=order_id,
+                    version=1,
+                    dedupe_key=f"{order_id}:webhook",
+                )
                 settling += 1
             if n % 4 == 0:
-                await engine.enqueue(LEDGER, {"order": order_id, "cents": order["total_cents"]},
-                                     tx=tx, key=order_id, dedupe_key=f"{order_id}:ledger")
+                await engine.enqueue(
+                    LEDGER,
+                    {"order": order_id, "cents": order["total_cents"]},
+                    tx=tx,
+                    key=order_id,
+                    dedupe_key=f"{order_id}:ledger",
+                )
                 settling += 1
             if n in (1, 2):
-                await engine.enqueue("demo:reminder", {"order": order_id}, tx=tx,
-                                     dedupe_key=f"{order_id}:reminder",
-                                     run_at=engine.clock.now() + timedelta(hours=1))
+                await engine.enqueue(
+                    "demo:reminder",
+                    {"order": order_id},
+                    tx=tx,
+                    dedupe_key=f"{order_id}:reminder",
+                    run_at=engine.clock.now() + timedelta(hours=1),
+                )
                 later += 1
     return Placed(count, settling, later)
 
@@ -230,7 +261,10 @@ async def _demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     settings = load_settings(file=getattr(args, "config", None))
     settings = dataclasses.replace(
-        settings, retry_delays_minutes=RETRY_DELAYS_MINUTES, schedule_tick_s=1.0, workers=True,
+        settings,
+        retry_delays_minutes=RETRY_DELAYS_MINUTES,
+        schedule_tick_s=1.0,
+        workers=True,
     )
     url = getattr(args, "store", None) or os.environ.get("JOBLEDGER_STORE") or DEMO_STORE
     app = build(settings, url=url)
@@ -250,8 +284,13 @@ async def _demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 async def _run(
-    app: Any, args: argparse.Namespace, url: str, progress: Progress, stop: asyncio.Event,
-    started: float, out: TextIO,
+    app: Any,
+    args: argparse.Namespace,
+    url: str,
+    progress: Progress,
+    stop: asyncio.Event,
+    started: float,
+    out: TextIO,
 ) -> int:
     if args.exit_after is not None:
         asyncio.get_running_loop().call_later(max(args.exit_after, 0.0), stop.set)

@@ -25,7 +25,9 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--since", default=None, help="first event time to include (ISO 8601)")
     parser.add_argument("--until", default=None, help="event time to stop before (ISO 8601)")
-    parser.add_argument("--after-position", type=int, default=0, help="only events after this position")
+    parser.add_argument(
+        "--after-position", type=int, default=0, help="only events after this position"
+    )
     parser.add_argument("--out", default=None, help="file to write (default: standard output)")
     parser.add_argument("--page", type=positive, default=DEFAULT_PAGE, help="events read per page")
     parser.set_defaults(func=run)
@@ -42,10 +44,16 @@ def run(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
         with contextlib.ExitStack() as stack:
             out: TextIO = (
-                stack.enter_context(open(args.out, "w", encoding="utf-8")) if args.out else sys.stdout
+                stack.enter_context(open(args.out, "w", encoding="utf-8"))
+                if args.out
+                else sys.stdout
             )
             report = await export_log(
-                store, out, since=since, until=until, after_position=args.after_position,
+                store,
+                out,
+                since=since,
+                until=until,
+                after_position=args.after_position,
                 page=args.page,
             )
         last = report.last_position if report.last_position is not None else args.after_position

@@ -17,7 +17,9 @@ def register(sub: Any) -> None:
         " JobEnqueued (and JobFailed or JobDead for its state) to this engine's store."
         " Rows whose dedupe key is already in the log are skipped, so a rerun is safe.",
     )
-    parser.add_argument("--from", dest="source", required=True, help="mongodb:// URL of the reference database")
+    parser.add_argument(
+        "--from", dest="source", required=True, help="mongodb:// URL of the reference database"
+    )
     parser.add_argument("--db", default=None, help="database name (default: the URL's)")
     parser.add_argument("--collection", default="jobs")
     parser.add_argument("--dry-run", action="store_true", help="convert and count, write nothing")

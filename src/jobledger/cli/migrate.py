@@ -25,7 +25,8 @@ async def schema_version(store: Store) -> Any:
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "migrate", help="create or upgrade the store's schema and report its version",
+        "migrate",
+        help="create or upgrade the store's schema and report its version",
         description=__doc__,
     )
     parser.set_defaults(func=run)

@@ -26,21 +26,31 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "serve", help="serve the admin API and page with the workers and schedule ticker",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "serve",
+        help="serve the admin API and page with the workers and schedule ticker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_http_options(parser)
-    parser.add_argument("--setup", metavar="MODULE:FUNCTION", default=None,
-                        help="a function called with the App to register targets and schedules")
-    parser.add_argument("--no-workers", action="store_true",
-                        help="serve the API only: no lanes, no ticker (schedules still sync)")
+    parser.add_argument(
+        "--setup",
+        metavar="MODULE:FUNCTION",
+        default=None,
+        help="a function called with the App to register targets and schedules",
+    )
+    parser.add_argument(
+        "--no-workers",
+        action="store_true",
+        help="serve the API only: no lanes, no ticker (schedules still sync)",
+    )
     parser.set_defaults(func=run)
 
 
 def add_http_options(parser: argparse.ArgumentParser, *, port: int = 8080) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=port,
-                        help=f"listen port (default {port}; 0 picks a free one)")
+    parser.add_argument(
+        "--port", type=int, default=port, help=f"listen port (default {port}; 0 picks a free one)"
+    )
 
 
 def load_setup(spec: str) -> Callable[..., Any]:
@@ -116,9 +126,12 @@ async def _serve(
     with stop_on_signals(stop):
         await app.start(workers=False if args.no_workers else None)
         try:
+
             def ready(base: str) -> None:
                 workers = "off" if args.no_workers or not settings.workers else "on"
-                out.write(f"jobledger serving {base} · store {app.store.name} · workers {workers}\n")
+                out.write(
+                    f"jobledger serving {base} · store {app.store.name} · workers {workers}\n"
+                )
                 print_access(app, base, out)
 
             await app.serve_http(args.host, args.port, on_ready=ready, until=stop)

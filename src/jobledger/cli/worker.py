@@ -45,8 +45,10 @@ EXIT_STOP_TIMEOUT = 1
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "worker", help="run the fast lane, the long lane and the schedule ticker",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "worker",
+        help="run the fast lane, the long lane and the schedule ticker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--app", default=None, help="module:function that registers targets")
     parser.add_argument("--pod-id", default=None, help="pod id (default hostname:pid:uuid8)")
@@ -94,7 +96,8 @@ class StopDeadline:
 def _exit_late(timeout_s: float) -> None:
     logger.error(
         "stop not finished within stop_timeout_s=%gs: exiting now; this pod's partition"
-        " and long-lane leases expire and other pods take its rows over", timeout_s,
+        " and long-lane leases expire and other pods take its rows over",
+        timeout_s,
     )
     for handler in logging.getLogger().handlers:
         with contextlib.suppress(Exception):

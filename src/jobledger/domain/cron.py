@@ -142,7 +142,9 @@ def next_slot(expr: str, tz: str, after: datetime) -> datetime | None:
             return slot
 
 
-def slots_between(expr: str, tz: str, after: datetime, until: datetime, *, limit: int) -> list[datetime]:
+def slots_between(
+    expr: str, tz: str, after: datetime, until: datetime, *, limit: int
+) -> list[datetime]:
     """Slots s with after < s <= until, oldest first, at most `limit` of them."""
     text = _check_fields(expr)
     until = at_ms(until)
@@ -169,7 +171,11 @@ def latest_slot(expr: str, tz: str, not_after: datetime, *, floor: datetime) -> 
     not_after = at_ms(not_after)
     floor = at_ms(floor)
     for window in (
-        timedelta(hours=1), timedelta(days=1), timedelta(days=32), timedelta(days=367), HORIZON,
+        timedelta(hours=1),
+        timedelta(days=1),
+        timedelta(days=32),
+        timedelta(days=367),
+        HORIZON,
     ):
         start = max(floor, not_after - window)
         found = slots_between(expr, tz, start - timedelta(milliseconds=1), not_after, limit=10_000)

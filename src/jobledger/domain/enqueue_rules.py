@@ -29,7 +29,9 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
     cannot be enqueued (the target's existence is the registry's to check)."""
     if item.key is not None and not isinstance(item.key, str):
         raise InvalidArgument(f"key must be a string, not {type(item.key).__name__}")
-    if item.dedupe_key is not None and (not isinstance(item.dedupe_key, str) or not item.dedupe_key):
+    if item.dedupe_key is not None and (
+        not isinstance(item.dedupe_key, str) or not item.dedupe_key
+    ):
         raise InvalidArgument("dedupe_key must be a non-empty string")
     if item.code is not None and (not isinstance(item.code, str) or not item.code):
         raise InvalidArgument("code must be a non-empty string")
@@ -64,8 +66,10 @@ def _unstorable(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         if value in _INT64:
             return None
-        return (f"the integer {value} is outside the signed 64-bit range:"
-                " MongoDB cannot store it, so no store takes it")
+        return (
+            f"the integer {value} is outside the signed 64-bit range:"
+            " MongoDB cannot store it, so no store takes it"
+        )
     if isinstance(value, dict):
         items = [*value.keys(), *value.values()]
     elif isinstance(value, list | tuple):

@@ -115,7 +115,14 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 _C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
 _C_ENCODER: Any = (
     _C_MAKE_ENCODER(
-        None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False,
+        None,
+        _CANONICAL.default,
+        json.encoder.encode_basestring,
+        None,
+        ":",
+        ",",
+        True,
+        False,
         True,
     )
     if _C_MAKE_ENCODER is not None

@@ -113,9 +113,20 @@ _JOB_FIELD_NAMES = tuple(f.name for f in fields(Job))
 #: the fields a transition may change; the others are the job's identity, fixed by its
 #: JobEnqueued (adapters rewrite only these on an update)
 TRANSITION_FIELDS = (
-    "status", "attempts", "next_run_at", "updated_at", "stream_version", "last_hash",
-    "last_error", "dead_reason", "claimed_by", "claim_token", "lease_until",
-    "inflight_token", "running_code", "closed_at",
+    "status",
+    "attempts",
+    "next_run_at",
+    "updated_at",
+    "stream_version",
+    "last_hash",
+    "last_error",
+    "dead_reason",
+    "claimed_by",
+    "claim_token",
+    "lease_until",
+    "inflight_token",
+    "running_code",
+    "closed_at",
 )
 
 
@@ -169,7 +180,10 @@ class Stamp:
 
 
 _CLEARED: dict[str, Any] = {
-    "claimed_by": None, "claim_token": None, "lease_until": None, "inflight_token": None,
+    "claimed_by": None,
+    "claim_token": None,
+    "lease_until": None,
+    "inflight_token": None,
     "running_code": None,
 }
 _LEAVES_QUEUE = frozenset(
@@ -304,8 +318,13 @@ def _change(job: Job, stamp: Stamp, *items: tuple[str, Mapping[str, Any]]) -> Ch
     for kind, data in items:
         version += 1
         event = new_event(
-            stream, version, kind, data,
-            at=stamp.at, actor=stamp.actor, trace_id=stamp.trace_id or job.trace_id,
+            stream,
+            version,
+            kind,
+            data,
+            at=stamp.at,
+            actor=stamp.actor,
+            trace_id=stamp.trace_id or job.trace_id,
             prev_hash=prev,
         )
         prev = event.hash
@@ -341,8 +360,14 @@ def enqueued(
         "traceparent": traceparent,
     }
     event = new_event(
-        job_stream(job_id), 1, EventType.JOB_ENQUEUED, data,
-        at=stamp.at, actor=stamp.actor, trace_id=stamp.trace_id, prev_hash=GENESIS_HASH,
+        job_stream(job_id),
+        1,
+        EventType.JOB_ENQUEUED,
+        data,
+        at=stamp.at,
+        actor=stamp.actor,
+        trace_id=stamp.trace_id,
+        prev_hash=GENESIS_HASH,
     )
     return Change(
         event.stream, 0, (event,), apply(None, event), dedupe_key=dedupe_key, partition=partition
@@ -372,8 +397,12 @@ def claim(
 def renew_lease(job: Job, *, lease: timedelta, stamp: Stamp) -> Change:
     _require(job, JobStatus.RUNNING, "renew")
     return _change(
-        job, stamp,
-        (EventType.JOB_LEASE_RENEWED, {"token": job.claim_token, "lease_until": iso(stamp.at + lease)}),
+        job,
+        stamp,
+        (
+            EventType.JOB_LEASE_RENEWED,
+            {"token": job.claim_token, "lease_until": iso(stamp.at + lease)},
+        ),
     )
 
 
@@ -448,7 +477,11 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
         if attempts >= policy.max_attempts:
             return _dead(job, stamp, "max_attempts", error, attempts)
         next_run = stamp.at + retry_delay(attempts, policy.retry_delays_minutes)
-        failed: dict[str, Any] = {"attempts": attempts, "error": error, "next_run_at": iso(next_run)}
+        failed: dict[str, Any] = {
+            "attempts": attempts,
+            "error": error,
+            "next_run_at": iso(next_run),
+        }
         return Outcome(_change(job, stamp, (EventType.JOB_FAILED, failed)), "failed")
     if run.result == Result.DEAD_NOW:
         return _dead(job, stamp, "dead_now", error, job.attempts)
@@ -483,7 +516,13 @@ def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
 
 
 def reclaim_expired(
-    job: Job, mode: DeliveryMode, *, token: str, pod: str, lease: timedelta, exclusive: bool,
+    job: Job,
+    mode: DeliveryMode,
+    *,
+    token: str,
+    pod: str,
+    lease: timedelta,
+    exclusive: bool,
     stamp: Stamp,
 ) -> Outcome:
     """Long lane: a RUNNING row whose lease expired (closes G6).
@@ -493,8 +532,11 @@ def reclaim_expired(
     """
     if mode == DeliveryMode.AT_MOST_ONCE:
         return _dead(
-            job, stamp, "lease expired while running; the first run may have finished",
-            job.last_error, job.attempts,
+            job,
+            stamp,
+            "lease expired while running; the first run may have finished",
+            job.last_error,
+            job.attempts,
         )
     change = claim(job, token=token, pod=pod, lease=lease, exclusive=exclusive, stamp=stamp)
     return Outcome(change, "reclaimed")
@@ -538,8 +580,14 @@ def is_due(job: Job, now: datetime) -> bool:
 
 
 def carried_over(
-    job: Job, stamp: Stamp, *, status: JobStatus, attempts: int, error: str | None,
-    next_run_at: datetime, reason: str,
+    job: Job,
+    stamp: Stamp,
+    *,
+    status: JobStatus,
+    attempts: int,
+    error: str | None,
+    next_run_at: datetime,
+    reason: str,
 ) -> Change:
     """State a job had in another engine, as events after its JobEnqueued (migration).
 
@@ -550,7 +598,9 @@ def carried_over(
         return _dead(job, stamp, reason, _error_text(error), attempts).change
     if attempts > 0:
         failed: dict[str, Any] = {
-            "attempts": attempts, "error": _error_text(error), "next_run_at": iso(next_run_at),
+            "attempts": attempts,
+            "error": _error_text(error),
+            "next_run_at": iso(next_run_at),
         }
         return _change(job, stamp, (EventType.JOB_FAILED, failed))
     return _change(job, stamp)

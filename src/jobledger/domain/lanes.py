@@ -131,9 +131,7 @@ def plan_batch(
             chains.append(tuple(runnable))
         if view.paused:
             probes.add(target)
-    return BatchPlan(
-        tuple(chains), risky, frozenset(probes), more, wake_at, frozenset(paused_seen)
-    )
+    return BatchPlan(tuple(chains), risky, frozenset(probes), more, wake_at, frozenset(paused_seen))
 
 
 def next_page_after(

@@ -41,8 +41,9 @@ def fair_share(live_pods: int, partitions: int = PARTITIONS) -> int:
     return math.ceil(partitions / max(live_pods, 1))
 
 
-def share_target(live_pods: int, owned_counts: Sequence[int], mine: int,
-                 partitions: int = PARTITIONS) -> int:
+def share_target(
+    live_pods: int, owned_counts: Sequence[int], mine: int, partitions: int = PARTITIONS
+) -> int:
     """How many partitions this pod should hold now (reference §6 lease heartbeat).
 
     The fair share is ceil(P / live pods); while another live pod holds fewer than

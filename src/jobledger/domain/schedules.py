@@ -200,8 +200,14 @@ def _change(
     for kind, data in items:
         version += 1
         event = new_event(
-            stream, version, kind, data,
-            at=stamp.at, actor=stamp.actor, trace_id=stamp.trace_id, prev_hash=prev,
+            stream,
+            version,
+            kind,
+            data,
+            at=stamp.at,
+            actor=stamp.actor,
+            trace_id=stamp.trace_id,
+            prev_hash=prev,
         )
         prev = event.hash
         events.append(event)
@@ -238,10 +244,7 @@ def synced(row: Schedule, spec: ScheduleSpec, stamp: Stamp) -> Change | None:
     moves to the new cron's next slot after now; slots of the old cron still due are
     dropped rather than run at times the new cron never names.
     """
-    changed = [
-        name for name in CODE_OWNED
-        if getattr(row, name) != getattr(spec, name)
-    ]
+    changed = [name for name in CODE_OWNED if getattr(row, name) != getattr(spec, name)]
     if not changed:
         return None
     data: dict[str, Any] = {
@@ -313,9 +316,7 @@ def slot_dedupe_key(code: str, slot: datetime) -> str:
     return f"{code}:{iso(slot)}"
 
 
-def slot_job(
-    code: str, slot: datetime, *, job_id: str, partitions: int, stamp: Stamp
-) -> Change:
+def slot_job(code: str, slot: datetime, *, job_id: str, partitions: int, stamp: Stamp) -> Change:
     """The slot's long-lane job: target `schedule:<code>`, payload {"slot": iso}."""
     dedupe = slot_dedupe_key(code, slot)
     spec = NewJob(
@@ -410,43 +411,49 @@ def plan_tick(
                 f" past the {grace.total_seconds():.0f} s grace (pods down or workers off)"
             )
         skip = late and row.missed_slot_policy == MissedSlotPolicy.SKIP
-        items.append((
-            EventType.SCHEDULE_SLOTS_MISSED,
-            {
-                "count": due.count,
-                "count_exact": due.exact,
-                "first_slot": iso(due.first),
-                "newest_slot": iso(due.newest),
-                "late_s": round(late_by.total_seconds(), 3),
-                "reason": reason,
-                "detail": detail,
-                "policy": row.missed_slot_policy.value,
-                "action": "skip" if skip else "enqueue_newest",
-            },
-        ))
-        if skip:
-            items.append((
-                EventType.SCHEDULE_SLOT_SKIPPED,
+        items.append(
+            (
+                EventType.SCHEDULE_SLOTS_MISSED,
                 {
-                    "slot": iso(due.newest),
-                    "stage": "tick",
+                    "count": due.count,
+                    "count_exact": due.exact,
+                    "first_slot": iso(due.first),
+                    "newest_slot": iso(due.newest),
+                    "late_s": round(late_by.total_seconds(), 3),
                     "reason": reason,
-                    "detail": f"late: {detail}",
-                    "next_run_at": next_run,
+                    "detail": detail,
+                    "policy": row.missed_slot_policy.value,
+                    "action": "skip" if skip else "enqueue_newest",
                 },
-            ))
+            )
+        )
+        if skip:
+            items.append(
+                (
+                    EventType.SCHEDULE_SLOT_SKIPPED,
+                    {
+                        "slot": iso(due.newest),
+                        "stage": "tick",
+                        "reason": reason,
+                        "detail": f"late: {detail}",
+                        "next_run_at": next_run,
+                    },
+                )
+            )
             change = _change(row, row.stream, stamp, *items)
             return TickPlan(change, None, due.newest, due, reason, detail)
     job = slot_job(row.code, due.newest, job_id=job_id, partitions=partitions, stamp=stamp)
-    items.append((
-        EventType.SCHEDULE_SLOT_ENQUEUED,
-        {
-            "slot": iso(due.newest),
-            "job_id": job_id,
-            "dedupe_key": slot_dedupe_key(row.code, due.newest),
-            "next_run_at": next_run,
-        },
-    ))
+    items.append(
+        (
+            EventType.SCHEDULE_SLOT_ENQUEUED,
+            {
+                "slot": iso(due.newest),
+                "job_id": job_id,
+                "dedupe_key": slot_dedupe_key(row.code, due.newest),
+                "next_run_at": next_run,
+            },
+        )
+    )
     change = _change(row, row.stream, stamp, *items)
     missed = due if reason is not None else None
     return TickPlan(change, job, due.newest, missed, reason, detail)
@@ -465,7 +472,9 @@ def slot_of(job: Job) -> datetime:
 @dataclass(frozen=True, slots=True)
 class SlotVerdict:
     run: bool
-    reason: str | None = None  # reason code when skipped: late_enqueued | previous_slot_running | not_started
+    reason: str | None = (
+        None  # reason code when skipped: late_enqueued | previous_slot_running | not_started
+    )
     detail: str | None = None
 
     @property
@@ -473,8 +482,9 @@ class SlotVerdict:
         return f"late: {self.detail}" if self.detail else "late"
 
 
-def late_reason(row: Schedule | None, job: Job, slot: datetime, now: datetime,
-                grace: timedelta) -> tuple[str, str]:
+def late_reason(
+    row: Schedule | None, job: Job, slot: datetime, now: datetime, grace: timedelta
+) -> tuple[str, str]:
     """Why a slot's first run starts late, as far as the data tells (closes G8)."""
     deadline = slot + grace
     late_s = (now - slot).total_seconds()

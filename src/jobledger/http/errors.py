@@ -82,8 +82,6 @@ async def http_error(request: Request, exc: Exception) -> Response:
     )
 
 
-
-
 class CatchAll:
     """Outermost user middleware: an exception that escaped every handler becomes the
     500 body (logged with its trace) instead of propagating to the server."""

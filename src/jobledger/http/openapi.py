@@ -215,7 +215,13 @@ def _op(
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
 
 
 def _path(name: str) -> dict[str, Any]:

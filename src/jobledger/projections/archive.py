@@ -80,7 +80,9 @@ class LogArchive:
             streams_done += len(streams)
             events_done += len(events)
         if streams_done:
-            logger.info("archived %d events of %d closed jobs to %s", events_done, streams_done, target)
+            logger.info(
+                "archived %d events of %d closed jobs to %s", events_done, streams_done, target
+            )
         return ArchiveResult(streams_done, events_done, target if streams_done else None)
 
 

@@ -31,7 +31,9 @@ class VerifyReport:
         return not self.problems
 
     def lines(self) -> list[str]:
-        out = [f"verified {self.events} events in {self.streams} streams up to position {self.position}"]
+        out = [
+            f"verified {self.events} events in {self.streams} streams up to position {self.position}"
+        ]
         out += [f"problem: {p}" for p in self.problems]
         out.append("every hash chain holds" if self.ok else f"{len(self.problems)} problems")
         return out

@@ -10,7 +10,9 @@ from jobledger.storage.port import Store
 DEFAULT_PAGE = 2000
 
 
-async def pages(store: Store, *, after: int = 0, page: int = DEFAULT_PAGE) -> AsyncIterator[list[Event]]:
+async def pages(
+    store: Store, *, after: int = 0, page: int = DEFAULT_PAGE
+) -> AsyncIterator[list[Event]]:
     """Every event with a position greater than `after`, a page at a time.
 
     Each page starts after the last position of the one before, so a reader never

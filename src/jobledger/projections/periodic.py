@@ -15,8 +15,9 @@ logger = logging.getLogger("jobledger.periodic")
 class Periodic:
     """Calls `sweep()` every `interval_s`; a failing sweep is logged and retried next time."""
 
-    def __init__(self, name: str, sweep: Callable[[], Awaitable[object]], clock: Clock,
-                 interval_s: float) -> None:
+    def __init__(
+        self, name: str, sweep: Callable[[], Awaitable[object]], clock: Clock, interval_s: float
+    ) -> None:
         self.name = name
         self._sweep = sweep
         self.clock = clock

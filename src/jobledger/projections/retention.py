@@ -40,7 +40,8 @@ def expired_rows(rows: list[Job], now: datetime, retention: timedelta) -> list[J
     """DEAD rows whose `closed_at` is at least `retention` before `now`."""
     cutoff = now - retention
     return [
-        j for j in rows
+        j
+        for j in rows
         if j.status == JobStatus.DEAD and j.closed_at is not None and j.closed_at <= cutoff
     ]
 
@@ -89,7 +90,9 @@ class Retention:
             flags = await self.store.apply(changes)
             expired += sum(flags)
         if expired:
-            logger.info("retention expired %d DEAD jobs closed before %s", expired, now - self.retention)
+            logger.info(
+                "retention expired %d DEAD jobs closed before %s", expired, now - self.retention
+            )
         self.expired_total += expired
         return expired
 
@@ -97,7 +100,9 @@ class Retention:
     def for_engine(cls, engine: Engine, *, interval_s: float = 3600.0) -> Retention:
         """A retention reactor on the engine's store, clock and settings; pass it to
         `Runtime(engine, reactors=[...])`."""
-        return cls(engine.store, clock=engine.clock, settings=engine.settings, interval_s=interval_s)
+        return cls(
+            engine.store, clock=engine.clock, settings=engine.settings, interval_s=interval_s
+        )
 
     @property
     def sweeps(self) -> int:

@@ -54,8 +54,8 @@ def hour_of(value: datetime) -> str:
 class StatsProjection:
     """Pure fold. State (plain JSON, updated in place and returned)::
 
-        {"open": {job_id: [target, code]},
-         "hours": {"2026-03-02T09:00Z": {target: {code: {"succeeded": 3, ...}}}}}
+    {"open": {job_id: [target, code]},
+     "hours": {"2026-03-02T09:00Z": {target: {code: {"succeeded": 3, ...}}}}}
     """
 
     name = STATS
@@ -108,11 +108,15 @@ def stats_reactor(engine: Engine, *, safety_poll_s: float | None = None) -> Proj
         StatsProjection(),
         clock=engine.clock,
         observer=engine.observers,
-        safety_poll_s=safety_poll_s if safety_poll_s is not None else 2 * engine.settings.safety_poll_s,
+        safety_poll_s=safety_poll_s
+        if safety_poll_s is not None
+        else 2 * engine.settings.safety_poll_s,
     )
 
 
-async def catch_up_stats(store: Store, projection: StatsProjection | None = None) -> tuple[int, Any]:
+async def catch_up_stats(
+    store: Store, projection: StatsProjection | None = None
+) -> tuple[int, Any]:
     """Bring the stats checkpoint up to the end of the log; (position, state)."""
     runner = ProjectionRunner(store, projection or StatsProjection())
     await runner.catch_up()

@@ -81,8 +81,9 @@ class GroupCommitter:
         guard = LeaseGuard(self._pod, self._clock.now())
         self.commits += 1
         flags = await self._store.apply(changes, guard=guard)
-        retry = [i for i, (g, ok) in enumerate(zip(guarded, flags, strict=True))
-                 if not ok and not g]
+        retry = [
+            i for i, (g, ok) in enumerate(zip(guarded, flags, strict=True)) if not ok and not g
+        ]
         if retry:
             self.commits += 1
             again = await self._store.apply([changes[i] for i in retry])

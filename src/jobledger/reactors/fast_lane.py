@@ -260,8 +260,9 @@ class PartitionWorker:
                     break
                 head = plan_batch(self._buffer[:size], now, views)
                 if head.size:
-                    plan = BatchPlan(head.chains, head.risky, head.probes, True,
-                                     head.wake_at, head.paused_seen)
+                    plan = BatchPlan(
+                        head.chains, head.risky, head.probes, True, head.wake_at, head.paused_seen
+                    )
                     break
         if plan is None:
             plan = plan_batch(self._buffer, now, views)
@@ -319,8 +320,9 @@ class PartitionWorker:
         current = await self.lane.store.get_job(risky.id)
         if current is not None and current.stream_version == risky.stream_version:
             # the row is as we read it, so the lease guard refused: the partition is gone
-            logger.warning("partition %d: lease lost on %s (mark refused)", self.partition,
-                           self.lane.pod)
+            logger.warning(
+                "partition %d: lease lost on %s (mark refused)", self.partition, self.lane.pod
+            )
             self.lost = True
             self.stopping = True
         else:
@@ -520,8 +522,9 @@ class FastLane:
         for job in rows:
             target = self.engine.targets.find(job.target)
             if target is None:
-                logger.warning("in-flight job %s: target %s is not registered here", job.id,
-                               job.target)
+                logger.warning(
+                    "in-flight job %s: target %s is not registered here", job.id, job.target
+                )
                 continue
             stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
             decided.append((job, jobs.take_over(job, target.delivery_mode, stamp)))
@@ -535,5 +538,6 @@ class FastLane:
                 continue
             self.outcomes.log_run(job, outcome.label, 0.0, job.attempts, job.last_error)
             if outcome.dead:
-                self.outcomes.dead(job, "in flight when its partition was taken over",
-                                   job.last_error)
+                self.outcomes.dead(
+                    job, "in flight when its partition was taken over", job.last_error
+                )

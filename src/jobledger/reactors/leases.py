@@ -112,7 +112,9 @@ class PartitionLeases:
             await self.listener.renewed(sorted(held), until)
 
     async def _rebalance(self, now: datetime, until: datetime) -> None:
-        live = set(await self.store.live_workers(now - timedelta(seconds=self.settings.worker_live_s)))
+        live = set(
+            await self.store.live_workers(now - timedelta(seconds=self.settings.worker_live_s))
+        )
         live.add(self.pod)
         leases = await self.store.leases()
         counts = dict.fromkeys(live, 0)

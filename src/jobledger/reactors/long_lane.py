@@ -156,12 +156,21 @@ class LongLane:
             job_stamp = Stamp(stamp.at, SYSTEM, job.trace_id)
             if job.status == JobStatus.RUNNING:
                 outcome = jobs.reclaim_expired(
-                    job, view.mode, token=token, pod=self.pod, lease=lease,
-                    exclusive=view.exclusive, stamp=job_stamp,
+                    job,
+                    view.mode,
+                    token=token,
+                    pod=self.pod,
+                    lease=lease,
+                    exclusive=view.exclusive,
+                    stamp=job_stamp,
                 )
             else:
                 change = jobs.claim(
-                    job, token=token, pod=self.pod, lease=lease, exclusive=view.exclusive,
+                    job,
+                    token=token,
+                    pod=self.pod,
+                    lease=lease,
+                    exclusive=view.exclusive,
                     stamp=job_stamp,
                 )
                 outcome = Outcome(change, "claimed")
@@ -173,8 +182,11 @@ class LongLane:
                 continue  # another pod, or the running_code uniqueness, won the race
             if outcome.dead:
                 self.outcomes.log_run(job, "dead", 0.0, job.attempts, job.last_error)
-                self.outcomes.dead(job, "lease expired while running; the first run may"
-                                   " have finished", job.last_error)
+                self.outcomes.dead(
+                    job,
+                    "lease expired while running; the first run may have finished",
+                    job.last_error,
+                )
                 continue
             row = outcome.change.row
             assert isinstance(row, Job)

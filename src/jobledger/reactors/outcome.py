@@ -112,11 +112,21 @@ class OutcomePath:
         """The DEAD alert: an error-level line and `observers.job_dead` (every DEAD)."""
         run_log.error(
             "job dead alert code=%s target=%s dedupe_key=%s attempts=%d reason=%s error=%s",
-            job.code, job.target, job.dedupe_key, job.attempts, reason, error,
+            job.code,
+            job.target,
+            job.dedupe_key,
+            job.attempts,
+            reason,
+            error,
             extra={
-                "job_id": job.id, "code": job.code, "target": job.target,
-                "dedupe_key": job.dedupe_key, "attempts": job.attempts,
-                "reason": reason, "error": error, "result": "dead",
+                "job_id": job.id,
+                "code": job.code,
+                "target": job.target,
+                "dedupe_key": job.dedupe_key,
+                "attempts": job.attempts,
+                "reason": reason,
+                "error": error,
+                "result": "dead",
             },
         )
         self.engine.observers.job_dead(job, reason, error)

@@ -127,14 +127,22 @@ class Runtime:
         if not self.workers_on:
             return
         self.leases.stop()
-        await _bounded(self._finish_in_flight(), finish_by, "finishing the runs in flight",
-                       on_late=self._cancel_in_flight)
+        await _bounded(
+            self._finish_in_flight(),
+            finish_by,
+            "finishing the runs in flight",
+            on_late=self._cancel_in_flight,
+        )
         if self._lanes_done():
-            await _bounded(self.leases.release_all(), leave_by,
-                           "releasing the partitions (their leases will expire)")
+            await _bounded(
+                self.leases.release_all(),
+                leave_by,
+                "releasing the partitions (their leases will expire)",
+            )
         else:
-            logger.warning("pod %s: runs still unwinding; its partition leases will expire",
-                           self.pod)
+            logger.warning(
+                "pod %s: runs still unwinding; its partition leases will expire", self.pod
+            )
         await _bounded(cancel_and_wait(*self._tasks), leave_by, "stopping the feed")
         self._tasks.clear()
         await _bounded(_stop_all(self._started_services), leave_by, "stopping the services")
@@ -196,7 +204,9 @@ class Runtime:
                 await self.engine.clock.sleep(1.0)
 
 
-async def wait_for_signal(signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
+async def wait_for_signal(
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+) -> None:
     """Return once one of `signals` arrives (the SIGTERM path of a pod)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

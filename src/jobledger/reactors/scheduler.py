@@ -212,7 +212,8 @@ class Scheduler:
                 written = (plan.slot, plan.job.row.id if plan.job else "")
                 logger.warning(
                     "schedule %s: slot %s enqueued while the schedule changed concurrently",
-                    row.code, plan.slot,
+                    row.code,
+                    plan.slot,
                 )
             fresh = await self.store.get_schedule(row.code)
             if fresh is None:
@@ -236,8 +237,11 @@ class Scheduler:
         if plan.missed is not None and plan.reason is not None:
             logger.warning(
                 "schedule missed code=%s slots=%d reason=%s action=%s %s",
-                code, plan.missed.count, plan.reason,
-                "enqueued newest" if plan.job is not None else "skipped", plan.detail,
+                code,
+                plan.missed.count,
+                plan.reason,
+                "enqueued newest" if plan.job is not None else "skipped",
+                plan.detail,
             )
             self.engine.observers.schedule_missed(code, plan.missed.count, plan.reason)
         if plan.job is not None:
@@ -296,9 +300,7 @@ class Scheduler:
                 continue
         return False
 
-    async def _record(
-        self, code: str, build: Callable[[Schedule, Stamp], Change]
-    ) -> None:
+    async def _record(self, code: str, build: Callable[[Schedule, Stamp], Change]) -> None:
         """Write a slot record on the schedule stream; a failure is logged, not raised
         (the job's own outcome is the truth, the record is its projection)."""
         try:

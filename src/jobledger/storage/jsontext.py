@@ -36,4 +36,3 @@ def json_bytes(value: Any) -> bytes:
 def dumps(value: Any) -> str:
     """`json_bytes` as text (a statement parameter, a JSON column)."""
     return json_bytes(value).decode()
-

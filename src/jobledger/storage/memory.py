@@ -100,7 +100,11 @@ class MemoryStore(Store):
         if native.done:
             raise RuntimeError("transaction already finished")
         native.done = True
-        applied = [change for change, ok in zip(native.staged, self._apply_all(native.staged), strict=True) if ok]
+        applied = [
+            change
+            for change, ok in zip(native.staged, self._apply_all(native.staged), strict=True)
+            if ok
+        ]
         for table, rows in native.business.items():
             self.business.setdefault(table, []).extend(rows)
         self._notify(applied)
@@ -120,7 +124,9 @@ class MemoryStore(Store):
             flags.append(not seen)
         return flags
 
-    async def apply(self, changes: Sequence[Change], *, guard: LeaseGuard | None = None) -> list[bool]:
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
         allowed = None
         if guard is not None:
             allowed = [
@@ -140,7 +146,9 @@ class MemoryStore(Store):
             and lease.lease_until > guard.now
         )
 
-    def _apply_all(self, changes: Sequence[Change], allowed: Sequence[bool] | None = None) -> list[bool]:
+    def _apply_all(
+        self, changes: Sequence[Change], allowed: Sequence[bool] | None = None
+    ) -> list[bool]:
         flags = []
         versions = self.versions
         for i, change in enumerate(changes):
@@ -240,10 +248,15 @@ class MemoryStore(Store):
 
     async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
         rows = [
-            j for j in self._rows(self._long_ids)
+            j
+            for j in self._rows(self._long_ids)
             if (
                 (j.status == JobStatus.PENDING and j.next_run_at <= now)
-                or (j.status == JobStatus.RUNNING and j.lease_until is not None and j.lease_until <= now)
+                or (
+                    j.status == JobStatus.RUNNING
+                    and j.lease_until is not None
+                    and j.lease_until <= now
+                )
             )
         ]
         rows.sort(key=lambda j: (j.next_run_at, j.id))
@@ -251,9 +264,12 @@ class MemoryStore(Store):
 
     async def running_codes(self, now: datetime) -> set[str]:
         return {
-            j.running_code for j in self.jobs.values()
-            if j.status == JobStatus.RUNNING and j.running_code
-            and j.lease_until is not None and j.lease_until > now
+            j.running_code
+            for j in self.jobs.values()
+            if j.status == JobStatus.RUNNING
+            and j.running_code
+            and j.lease_until is not None
+            and j.lease_until > now
         }
 
     async def inflight(self, partition: int) -> list[Job]:
@@ -281,12 +297,16 @@ class MemoryStore(Store):
     async def leases(self) -> list[PartitionLease]:
         return [self.leases_[p] for p in sorted(self.leases_)]
 
-    async def take_partition(self, partition: int, pod: str, now: datetime, until: datetime) -> bool:
+    async def take_partition(
+        self, partition: int, pod: str, now: datetime, until: datetime
+    ) -> bool:
         lease = self.leases_.get(partition)
         if lease is None:
             return False
-        free = lease.owner is None or lease.owner == pod or (
-            lease.lease_until is not None and lease.lease_until <= now
+        free = (
+            lease.owner is None
+            or lease.owner == pod
+            or (lease.lease_until is not None and lease.lease_until <= now)
         )
         if free:
             self.leases_[partition] = PartitionLease(partition, pod, until)
@@ -298,7 +318,12 @@ class MemoryStore(Store):
         held = []
         for p in partitions:
             lease = self.leases_.get(p)
-            if lease and lease.owner == pod and lease.lease_until is not None and lease.lease_until > now:
+            if (
+                lease
+                and lease.owner == pod
+                and lease.lease_until is not None
+                and lease.lease_until > now
+            ):
                 self.leases_[p] = PartitionLease(p, pod, until)
                 held.append(p)
         return held
@@ -315,7 +340,8 @@ class MemoryStore(Store):
 
     async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
         rows = [
-            j for j in self.jobs.values()
+            j
+            for j in self.jobs.values()
             if (flt.status is None or j.status == flt.status)
             and (flt.target is None or j.target == flt.target)
             and (flt.code is None or j.code == flt.code)
@@ -347,7 +373,8 @@ class MemoryStore(Store):
             if event.stream.startswith("job:"):
                 newest[event.stream] = event.at
         closed = [
-            stream for stream, at in newest.items()
+            stream
+            for stream, at in newest.items()
             if at < before and stream.removeprefix("job:") not in self.jobs
         ]
         return closed[:limit]

@@ -116,7 +116,9 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def apply(self, changes: Sequence[Change], *, guard: LeaseGuard | None = None) -> list[bool]:
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
         """Apply `changes` in one engine-owned transaction; return which were applied.
 
         A change is applied iff its stream is at `expected_version` (new jobs: and
@@ -128,9 +130,7 @@ class Store(abc.ABC):
 
     # --- the queue (reads for the lanes) -------------------------------------------------
     @abc.abstractmethod
-    async def fast_pending(
-        self, partition: int, *, after_key: str | None, limit: int
-    ) -> list[Job]:
+    async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
         """PENDING fast-lane rows of `partition` in (order key, version, id) order.
 
         Keyset paging: rows whose order key is greater than `after_key`. Served by an

@@ -19,20 +19,64 @@ from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms
 
 JOB_FIELDS = (
-    "id", "code", "target", "lane", "key", "partition", "version", "payload", "dedupe_key",
-    "status", "attempts", "next_run_at", "created_at", "updated_at", "stream_version",
-    "last_hash", "headers", "trace_id", "traceparent", "actor", "last_error", "dead_reason",
-    "claimed_by", "claim_token", "lease_until", "inflight_token", "running_code", "closed_at",
+    "id",
+    "code",
+    "target",
+    "lane",
+    "key",
+    "partition",
+    "version",
+    "payload",
+    "dedupe_key",
+    "status",
+    "attempts",
+    "next_run_at",
+    "created_at",
+    "updated_at",
+    "stream_version",
+    "last_hash",
+    "headers",
+    "trace_id",
+    "traceparent",
+    "actor",
+    "last_error",
+    "dead_reason",
+    "claimed_by",
+    "claim_token",
+    "lease_until",
+    "inflight_token",
+    "running_code",
+    "closed_at",
 )
 
 SCHEDULE_FIELDS = (
-    "code", "cron", "timezone", "missed_slot_policy", "runs_per_slot", "enabled",
-    "cron_override", "next_run_at", "last_run_at", "last_skipped_at", "created_at",
-    "updated_at", "stream_version", "last_hash", "last_finished_at",
+    "code",
+    "cron",
+    "timezone",
+    "missed_slot_policy",
+    "runs_per_slot",
+    "enabled",
+    "cron_override",
+    "next_run_at",
+    "last_run_at",
+    "last_skipped_at",
+    "created_at",
+    "updated_at",
+    "stream_version",
+    "last_hash",
+    "last_finished_at",
 )
 
 EVENT_FIELDS = (
-    "position", "stream", "version", "type", "data", "at", "actor", "trace_id", "prev_hash",
+    "position",
+    "stream",
+    "version",
+    "type",
+    "data",
+    "at",
+    "actor",
+    "trace_id",
+    "prev_hash",
     "hash",
 )
 
@@ -68,8 +112,18 @@ def as_utc(value: Any) -> datetime | None:
 def _is_fixed_utc(tz: tzinfo) -> bool:
     """A zone that is UTC under another name (offset zero, no DST ever)."""
     key = getattr(tz, "key", None)
-    return key in ("UTC", "Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "Etc/GMT",
-                   "GMT", "UCT", "Universal", "Zulu") and tz.utcoffset(None) in (None, _ZERO)
+    return key in (
+        "UTC",
+        "Etc/UTC",
+        "Etc/UCT",
+        "Etc/Universal",
+        "Etc/Zulu",
+        "Etc/GMT",
+        "GMT",
+        "UCT",
+        "Universal",
+        "Zulu",
+    ) and tz.utcoffset(None) in (None, _ZERO)
 
 
 #: a job's `JOB_FIELDS` values, in that order, in one C-level call
@@ -132,18 +186,66 @@ def job_from_dict(record: dict[str, Any]) -> Job:
 def job_from_row(row: tuple[Any, ...] | list[Any]) -> Job:
     """A row whose values are in `JOB_FIELDS` order back as a `Job`: `job_from_dict`
     without the dict (the lanes' hot path on SQL stores)."""
-    (job_id, code, target, lane, key, partition, version, payload, dedupe_key, status,
-     attempts, next_run_at, created_at, updated_at, stream_version, last_hash, headers,
-     trace_id, traceparent, actor, last_error, dead_reason, claimed_by, claim_token,
-     lease_until, inflight_token, running_code, closed_at) = row
+    (
+        job_id,
+        code,
+        target,
+        lane,
+        key,
+        partition,
+        version,
+        payload,
+        dedupe_key,
+        status,
+        attempts,
+        next_run_at,
+        created_at,
+        updated_at,
+        stream_version,
+        last_hash,
+        headers,
+        trace_id,
+        traceparent,
+        actor,
+        last_error,
+        dead_reason,
+        claimed_by,
+        claim_token,
+        lease_until,
+        inflight_token,
+        running_code,
+        closed_at,
+    ) = row
     utc: Callable[[Any], Any] = as_utc  # the three NOT NULL times come back non-None
     return Job(
-        job_id, code, target, _LANES.get(lane) or Lane(lane), key, partition, version or 0,
-        payload, dedupe_key, _STATUSES.get(status) or JobStatus(status), attempts,
-        utc(next_run_at), utc(created_at), utc(updated_at), stream_version,
-        last_hash, headers, trace_id, traceparent, actor_from_json(actor), last_error,
-        dead_reason, claimed_by, claim_token, as_utc(lease_until), inflight_token,
-        running_code, as_utc(closed_at),
+        job_id,
+        code,
+        target,
+        _LANES.get(lane) or Lane(lane),
+        key,
+        partition,
+        version or 0,
+        payload,
+        dedupe_key,
+        _STATUSES.get(status) or JobStatus(status),
+        attempts,
+        utc(next_run_at),
+        utc(created_at),
+        utc(updated_at),
+        stream_version,
+        last_hash,
+        headers,
+        trace_id,
+        traceparent,
+        actor_from_json(actor),
+        last_error,
+        dead_reason,
+        claimed_by,
+        claim_token,
+        as_utc(lease_until),
+        inflight_token,
+        running_code,
+        as_utc(closed_at),
     )
 
 
@@ -158,7 +260,11 @@ def schedule_from_dict(record: dict[str, Any]) -> Schedule:
     values["missed_slot_policy"] = MissedSlotPolicy(values["missed_slot_policy"])
     values["enabled"] = bool(values["enabled"])
     for name in (
-        "next_run_at", "last_run_at", "last_skipped_at", "created_at", "updated_at",
+        "next_run_at",
+        "last_run_at",
+        "last_skipped_at",
+        "created_at",
+        "updated_at",
         "last_finished_at",
     ):
         values[name] = as_utc(values[name])
@@ -168,10 +274,16 @@ def schedule_from_dict(record: dict[str, Any]) -> Schedule:
 def event_to_dict(event: Event) -> dict[str, Any]:
     """`EVENT_FIELDS` of `event` (every outcome batch encodes one per event: no loop)."""
     return {
-        "position": event.position, "stream": event.stream, "version": event.version,
-        "type": event.type, "data": dict(event.data), "at": event.at,
-        "actor": actor_json(event.actor), "trace_id": event.trace_id,
-        "prev_hash": event.prev_hash, "hash": event.hash,
+        "position": event.position,
+        "stream": event.stream,
+        "version": event.version,
+        "type": event.type,
+        "data": dict(event.data),
+        "at": event.at,
+        "actor": actor_json(event.actor),
+        "trace_id": event.trace_id,
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
     }
 
 

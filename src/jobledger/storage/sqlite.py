@@ -190,12 +190,14 @@ class SqliteStore(Store):
     async def open(self) -> None:
         if self._writer is not None:
             return
-        self._writer = _Conn(self.path, name="jobledger-sqlite-w", offload=self.offload,
-                             busy_ms=self.busy_timeout_ms)
+        self._writer = _Conn(
+            self.path, name="jobledger-sqlite-w", offload=self.offload, busy_ms=self.busy_timeout_ms
+        )
         await self._writer.run(self._enable_wal)
         await self.migrate()
-        self._reader = _Conn(self.path, name="jobledger-sqlite-r", offload=self.offload,
-                             busy_ms=self.busy_timeout_ms)
+        self._reader = _Conn(
+            self.path, name="jobledger-sqlite-r", offload=self.offload, busy_ms=self.busy_timeout_ms
+        )
         self._data_version = await self._writer.run(self._read_data_version)
         self._watcher = asyncio.create_task(self._watch(), name="jobledger-sqlite-watch")
 
@@ -321,7 +323,11 @@ class SqliteStore(Store):
             held = _held_partitions(cursor, guard) if guard is not None else None
             flags = []
             for change in changes:
-                if held is not None and change.partition is not None and change.partition not in held:
+                if (
+                    held is not None
+                    and change.partition is not None
+                    and change.partition not in held
+                ):
                     flags.append(False)
                     continue
                 flags.append(_apply_change(cursor, change))
@@ -373,7 +379,7 @@ class SqliteStore(Store):
     async def inflight(self, partition: int) -> list[Job]:
         sql = (
             f"{_JOB_SELECT} INDEXED BY jobs_inflight"
-            " WHERE inflight_token IS NOT NULL AND \"partition\" = ?"
+            ' WHERE inflight_token IS NOT NULL AND "partition" = ?'
             " AND lane = 'fast' ORDER BY id"
         )
         return await self._read(lambda c: [_job(r) for r in c.execute(sql, (partition,))])
@@ -381,10 +387,12 @@ class SqliteStore(Store):
     async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
         def work(conn: sqlite3.Connection) -> datetime | None:
             if lane == Lane.LONG:
-                found = [conn.execute(
-                    "SELECT min(next_run_at) FROM jobs INDEXED BY jobs_long_pending"
-                    " WHERE status = 'PENDING' AND lane = 'long'"
-                ).fetchone()[0]]
+                found = [
+                    conn.execute(
+                        "SELECT min(next_run_at) FROM jobs INDEXED BY jobs_long_pending"
+                        " WHERE status = 'PENDING' AND lane = 'long'"
+                    ).fetchone()[0]
+                ]
             else:
                 # one index seek per partition (jobs_fast_due), not a scan of the backlog
                 found = [
@@ -481,13 +489,14 @@ class SqliteStore(Store):
 
         return await self._read(work)
 
-    async def list_jobs(
-        self, flt: JobFilter, *, offset: int, limit: int
-    ) -> tuple[list[Job], int]:
+    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
         where: list[str] = []
         params: list[Any] = []
         for column, value in (
-            ("status", flt.status), ("target", flt.target), ("code", flt.code), ("key", flt.key)
+            ("status", flt.status),
+            ("target", flt.target),
+            ("code", flt.code),
+            ("key", flt.key),
         ):
             if value is not None:
                 where.append(f"{_q(column)} = ?")
@@ -580,9 +589,7 @@ class SqliteStore(Store):
         text = _dumps(state)
         await self._write(lambda c: c.execute(sql, (name, position, text)))
 
-    async def replace_read_models(
-        self, jobs: Sequence[Job], schedules: Sequence[Schedule]
-    ) -> None:
+    async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
         job_values = [_encode(rows.job_to_dict(j), _JOB_COLUMNS) for j in jobs]
         schedule_values = [
             _encode(rows.schedule_to_dict(s), rows.SCHEDULE_FIELDS) for s in schedules
@@ -728,6 +735,4 @@ def _write_change(cursor: sqlite3.Cursor, change: Change) -> None:
     elif row is None:
         cursor.execute("DELETE FROM schedules WHERE code = ?", (ident,))
     else:
-        cursor.execute(
-            _UPSERT_SCHEDULE, _encode(rows.schedule_to_dict(row), rows.SCHEDULE_FIELDS)
-        )
+        cursor.execute(_UPSERT_SCHEDULE, _encode(rows.schedule_to_dict(row), rows.SCHEDULE_FIELDS))

@@ -151,4 +151,3 @@ def migrate(conn: sqlite3.Connection, now_iso: str) -> int:
             conn.execute("ROLLBACK")
         raise
     return current
-

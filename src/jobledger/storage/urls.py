@@ -1,9 +1,9 @@
 """Open a store from a URL: the one place that knows every adapter's scheme.
 
-    memory://                      in-process (tests, demos)
-    sqlite:///relative.db          the embedded default (sqlite:////abs/path.db)
-    postgresql://host/db           psycopg 3
-    mongodb://host/?replicaSet=rs  a replica set (transactions need one)
+memory://                      in-process (tests, demos)
+sqlite:///relative.db          the embedded default (sqlite:////abs/path.db)
+postgresql://host/db           psycopg 3
+mongodb://host/?replicaSet=rs  a replica set (transactions need one)
 """
 
 from __future__ import annotations
@@ -42,4 +42,6 @@ def open_store(url: str, *, partitions: int = 64) -> Store:
         from jobledger.storage.mongodb import MongoStore
 
         return MongoStore(url, partitions=partitions)
-    raise ConfigError(f"store URL {url!r}: unknown scheme {scheme!r} (memory, sqlite, postgresql, mongodb)")
+    raise ConfigError(
+        f"store URL {url!r}: unknown scheme {scheme!r} (memory, sqlite, postgresql, mongodb)"
+    )

@@ -212,8 +212,10 @@ class KafkaTarget:
             raise DeadNow(f"kafka invalid record for {topic!r}: {exc}") from exc
         appender = self._appender
         # the common case without `send`'s coroutine: metadata known, the batch has room
-        queued = None if appender is None or self._stopped else appender.append(
-            topic, key, value, headers
+        queued = (
+            None
+            if appender is None or self._stopped
+            else appender.append(topic, key, value, headers)
         )
         try:
             if appender is None or queued is None:

@@ -35,11 +35,23 @@ _estimate_size: Callable[..., int] = DefaultRecordBatchBuilder.estimate_size_in_
 class Appender:
     """The no-wait path of one producer's `send` (see the module docstring)."""
 
-    __slots__ = ("_accumulator", "_batches", "_create_future", "_hash", "_limit",
-                 "_partitions", "_routes", "producer")
+    __slots__ = (
+        "_accumulator",
+        "_batches",
+        "_create_future",
+        "_hash",
+        "_limit",
+        "_partitions",
+        "_routes",
+        "producer",
+    )
 
-    def __init__(self, producer: Any, key_hash: Callable[[bytes], int],
-                 create_future: Callable[[], asyncio.Future[Any]]) -> None:
+    def __init__(
+        self,
+        producer: Any,
+        key_hash: Callable[[bytes], int],
+        create_future: Callable[[], asyncio.Future[Any]],
+    ) -> None:
         self.producer = producer
         self._accumulator = producer._message_accumulator
         self._batches: dict[TopicPartition, Any] = self._accumulator._batches
@@ -51,8 +63,9 @@ class Appender:
         self._routes: dict[str, tuple[dict[int, Any], list[TopicPartition]]] = {}
 
     @classmethod
-    def for_producer(cls, producer: Any, partitioner: Any,
-                     key_hash: Callable[[bytes], int]) -> Appender | None:
+    def for_producer(
+        cls, producer: Any, partitioner: Any, key_hash: Callable[[bytes], int]
+    ) -> Appender | None:
         """An appender for `producer`, or None when its insides are not the ones this
         module knows (then every record takes `send`)."""
         try:
@@ -76,8 +89,9 @@ class Appender:
             return None
         return cls(producer, key_hash, asyncio.get_running_loop().create_future)
 
-    def append(self, topic: str, key: bytes | None, value: bytes | None,
-               headers: list[tuple[str, bytes]]) -> asyncio.Future[Any] | None:
+    def append(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> asyncio.Future[Any] | None:
         """The record's delivery future, or None: take `producer.send` instead."""
         accumulator = self._accumulator
         if key is None or accumulator._closed or accumulator._exception is not None:

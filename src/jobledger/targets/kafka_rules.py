@@ -44,7 +44,7 @@ def target_name(topic: str) -> str:
 def topic_of(target: str) -> str:
     if not target.startswith(PREFIX):
         raise ValueError(f"{target!r} is not a Kafka target")
-    return target[len(PREFIX):]
+    return target[len(PREFIX) :]
 
 
 # --- which targets exist ----------------------------------------------------------------
@@ -126,7 +126,9 @@ def plan_targets(events: Sequence[KafkaEvent], target_topics: str) -> list[Topic
     seen_events: set[str] = set()
     for event in events:
         if not event.event:
-            raise ConfigError(f"a Kafka producer event needs a name (topic {event.default_topic!r})")
+            raise ConfigError(
+                f"a Kafka producer event needs a name (topic {event.default_topic!r})"
+            )
         if event.event in seen_events:
             raise ConfigError(f"Kafka producer event {event.event!r} is declared twice")
         seen_events.add(event.event)
@@ -190,7 +192,8 @@ class Record:
 #: orjson hands these back instead of writing them (it raises, the stdlib decides): str,
 #: int, dict and list subclasses, datetimes, dataclasses
 _ORJSON_OPTIONS = (
-    orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
     | orjson.OPT_PASSTHROUGH_DATACLASS
 )
 #: orjson text the stdlib might write differently: every float orjson writes has a digit
@@ -311,8 +314,11 @@ def classify(exc: BaseException, phase: Phase = Phase.DELIVERY) -> KafkaFailure:
         return KafkaFailure.INVALID
     if phase == Phase.CONNECT:
         # bootstrap failed or timed out: no produce request exists yet
-        return KafkaFailure.NOT_SENT if isinstance(exc, kerr.KafkaError | OSError | TimeoutError) \
+        return (
+            KafkaFailure.NOT_SENT
+            if isinstance(exc, kerr.KafkaError | OSError | TimeoutError)
             else KafkaFailure.ANSWERED
+        )
     if phase == Phase.ENQUEUE:
         if isinstance(exc, kerr.MessageSizeTooLargeError | kerr.RecordTooLargeError):
             return KafkaFailure.INVALID  # aiokafka's own size check, before any request
@@ -323,8 +329,13 @@ def classify(exc: BaseException, phase: Phase = Phase.DELIVERY) -> KafkaFailure:
         return KafkaFailure.NOT_SENT
     if isinstance(exc, _TIMED_OUT):
         return KafkaFailure.TIMED_OUT
-    if isinstance(exc, kerr.KafkaConnectionError | kerr.NotEnoughReplicasAfterAppendError
-                  | kerr.KafkaProtocolError | OSError):
+    if isinstance(
+        exc,
+        kerr.KafkaConnectionError
+        | kerr.NotEnoughReplicasAfterAppendError
+        | kerr.KafkaProtocolError
+        | OSError,
+    ):
         return KafkaFailure.UNKNOWN  # connection lost with the request out, or appended
     if isinstance(exc, kerr.KafkaError) and exc.retriable:
         return KafkaFailure.UNKNOWN  # any other transient failure once the request left

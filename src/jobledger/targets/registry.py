@@ -43,7 +43,9 @@ class TargetRegistry:
         if name in self._targets:
             raise DuplicateTarget(f"target {name!r} is already registered")
         try:
-            target = Target(name, Lane(lane), handler, DeliveryMode(delivery_mode), exclusive, lossy)
+            target = Target(
+                name, Lane(lane), handler, DeliveryMode(delivery_mode), exclusive, lossy
+            )
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from exc
         self._targets[name] = target

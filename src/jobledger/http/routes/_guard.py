@@ -40,11 +40,15 @@ async def authorise(request: Request, authenticator: Authenticator, *, write: bo
     principal = await authenticator.authenticate(request)
     if principal is None:
         raise ApiError(
-            401, "unauthorized", "a valid API key is required (Authorization: Bearer <key>)",
+            401,
+            "unauthorized",
+            "a valid API key is required (Authorization: Bearer <key>)",
             headers={"WWW-Authenticate": 'Bearer realm="jobledger"'},
         )
     if write and not principal.is_admin:
-        raise ApiError(403, "forbidden", f"role {principal.role!r} may not change jobs or schedules")
+        raise ApiError(
+            403, "forbidden", f"role {principal.role!r} may not change jobs or schedules"
+        )
     return principal
 
 
@@ -78,9 +82,7 @@ def api(*, write: bool = False, query: tuple[str, ...] = ()) -> Callable[[Handle
     return decorate
 
 
-def int_param(
-    request: Request, name: str, default: int, *, minimum: int, maximum: int
-) -> int:
+def int_param(request: Request, name: str, default: int, *, minimum: int, maximum: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default

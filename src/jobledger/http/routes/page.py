@@ -92,8 +92,12 @@ def _render(
 
 def _with_flash(response: Response, kind: str, text: str) -> Response:
     response.set_cookie(
-        FLASH_COOKIE, quote(json.dumps({"kind": kind, "text": text})),
-        max_age=60, path="/admin", httponly=True, samesite="strict",
+        FLASH_COOKIE,
+        quote(json.dumps({"kind": kind, "text": text})),
+        max_age=60,
+        path="/admin",
+        httponly=True,
+        samesite="strict",
     )
     return response
 
@@ -117,28 +121,43 @@ async def jobs_page(request: Request) -> Response:
     page = max(int(page_text), 1) if page_text.isdigit() and len(page_text) < 7 else 1
     svc = services(request)
     result = await svc.jobs.list(flt, page=page, limit=PAGE_SIZE)
-    counts = {s: (await svc.store.list_jobs(JobFilter(status=JobStatus(s)), offset=0, limit=1))[1]
-              for s in STATUSES}
-    filters = {k: v for k, v in (("status", flt.status), ("target", flt.target),
-                                 ("code", flt.code), ("key", flt.key)) if v}
+    counts = {
+        s: (await svc.store.list_jobs(JobFilter(status=JobStatus(s)), offset=0, limit=1))[1]
+        for s in STATUSES
+    }
+    filters = {
+        k: v
+        for k, v in (
+            ("status", flt.status),
+            ("target", flt.target),
+            ("code", flt.code),
+            ("key", flt.key),
+        )
+        if v
+    }
     pages = max(math.ceil(result.total / PAGE_SIZE), 1)
 
     def page_link(number: int) -> str:
         return "/admin?" + urlencode({**filters, "page": number})
 
-    return _render(request, "jobs.html", principal, {
-        "title": "Jobs",
-        "nav": "jobs",
-        "rows": [job_json(j) for j in result.rows],
-        "total": result.total,
-        "page": page,
-        "pages": pages,
-        "prev_link": page_link(page - 1) if page > 1 else None,
-        "next_link": page_link(page + 1) if page < pages else None,
-        "filters": filters,
-        "statuses": STATUSES,
-        "counts": counts,
-    })
+    return _render(
+        request,
+        "jobs.html",
+        principal,
+        {
+            "title": "Jobs",
+            "nav": "jobs",
+            "rows": [job_json(j) for j in result.rows],
+            "total": result.total,
+            "page": page,
+            "pages": pages,
+            "prev_link": page_link(page - 1) if page > 1 else None,
+            "next_link": page_link(page + 1) if page < pages else None,
+            "filters": filters,
+            "statuses": STATUSES,
+            "counts": counts,
+        },
+    )
 
 
 async def job_page(request: Request) -> Response:
@@ -148,15 +167,25 @@ async def job_page(request: Request) -> Response:
     try:
         detail = await services(request).jobs.detail(request.path_params["id"])
     except JobledgerError as exc:
-        return _render(request, "error.html", principal,
-                       {"title": "Not found", "nav": "jobs", "message": exc.message}, 404)
-    return _render(request, "job.html", principal, {
-        "title": f"Job {detail.job.id}",
-        "nav": "jobs",
-        "job": job_json(detail.job, payload=True, status=detail.status),
-        "open": detail.open,
-        "history": [event_json(e) for e in detail.history],
-    })
+        return _render(
+            request,
+            "error.html",
+            principal,
+            {"title": "Not found", "nav": "jobs", "message": exc.message},
+            404,
+        )
+    return _render(
+        request,
+        "job.html",
+        principal,
+        {
+            "title": f"Job {detail.job.id}",
+            "nav": "jobs",
+            "job": job_json(detail.job, payload=True, status=detail.status),
+            "open": detail.open,
+            "history": [event_json(e) for e in detail.history],
+        },
+    )
 
 
 async def schedules_page(request: Request) -> Response:
@@ -164,12 +193,17 @@ async def schedules_page(request: Request) -> Response:
     if principal is None:
         return _login_redirect(request)
     rows = await services(request).store.list_schedules()
-    return _render(request, "schedules.html", principal, {
-        "title": "Schedules",
-        "nav": "schedules",
-        "rows": [schedule_json(s) for s in rows],
-        "has_scheduler": services(request).schedules is not None,
-    })
+    return _render(
+        request,
+        "schedules.html",
+        principal,
+        {
+            "title": "Schedules",
+            "nav": "schedules",
+            "rows": [schedule_json(s) for s in rows],
+            "has_scheduler": services(request).schedules is not None,
+        },
+    )
 
 
 # --- writes ----------------------------------------------------------------------------
@@ -185,14 +219,27 @@ def _command(command: Command) -> Callable[[Request], Awaitable[Response]]:
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
         back = _safe_next(form.get("next"))
         if not csrf_ok(request.app.state.csrf_secret, principal, form.get("csrf", "")):
-            return _render(request, "error.html", principal, {
-                "title": "Forbidden", "message": "The form expired: reload the page and try again.",
-            }, 403)
+            return _render(
+                request,
+                "error.html",
+                principal,
+                {
+                    "title": "Forbidden",
+                    "message": "The form expired: reload the page and try again.",
+                },
+                403,
+            )
         if not principal.is_admin:
-            return _render(request, "error.html", principal, {
-                "title": "Forbidden",
-                "message": f"Role {principal.role!r} may look but not change jobs or schedules.",
-            }, 403)
+            return _render(
+                request,
+                "error.html",
+                principal,
+                {
+                    "title": "Forbidden",
+                    "message": f"Role {principal.role!r} may look but not change jobs or schedules.",
+                },
+                403,
+            )
         redirect = RedirectResponse(back, status_code=303)
         with request_context(traceparent=traceparent_of(request), actor=principal.actor()):
             try:
@@ -262,7 +309,11 @@ async def _clear(request: Request, principal: Principal, form: dict[str, str]) -
 
 def _set_key(response: Response, request: Request, key: str) -> Response:
     response.set_cookie(
-        PAGE_COOKIE, key, path="/admin", httponly=True, samesite="strict",
+        PAGE_COOKIE,
+        key,
+        path="/admin",
+        httponly=True,
+        samesite="strict",
         secure=request.url.scheme == "https",
     )
     return response
@@ -275,16 +326,32 @@ async def login(request: Request) -> Response:
         key = request.query_params.get("key")
         if key and lookup is not None and lookup(key) is not None:
             return _set_key(RedirectResponse(nxt, status_code=303), request, key)
-        return _render(request, "login.html", None, {
-            "title": "Sign in", "next": nxt, "failed": bool(key),
-        }, 401 if key else 200)
+        return _render(
+            request,
+            "login.html",
+            None,
+            {
+                "title": "Sign in",
+                "next": nxt,
+                "failed": bool(key),
+            },
+            401 if key else 200,
+        )
     form = await request.form()
     key = str(form.get("key", "")).strip()
     nxt = _safe_next(str(form.get("next", "")))
     if lookup is None or lookup(key) is None:
-        return _render(request, "login.html", None, {
-            "title": "Sign in", "next": nxt, "failed": True,
-        }, 401)
+        return _render(
+            request,
+            "login.html",
+            None,
+            {
+                "title": "Sign in",
+                "next": nxt,
+                "failed": True,
+            },
+            401,
+        )
     return _set_key(RedirectResponse(nxt, status_code=303), request, key)
 
 

@@ -34,7 +34,9 @@ RUNNING = "RUNNING"
 # --- indexes ------------------------------------------------------------------------------
 
 
-def index_specs(dead_ttl_seconds: int | None = None) -> list[tuple[str, list[tuple[str, int]], Doc]]:
+def index_specs(
+    dead_ttl_seconds: int | None = None,
+) -> list[tuple[str, list[tuple[str, int]], Doc]]:
     """(collection, keys, options) for every index, partial where the reference has them.
 
     The fast-lane read is index-backed on (partition, order_key, version, _id) of PENDING
@@ -200,10 +202,23 @@ def closed_streams_pipeline(before: datetime, limit: int) -> list[Doc]:
     return [
         {"$match": {"at": {"$lt": before}, "stream": {"$regex": "^job:"}}},
         {"$group": {"_id": "$stream"}},
-        {"$lookup": {"from": "events", "let": {"s": "$_id"}, "as": "newer", "pipeline": [
-            {"$match": {"$expr": {"$and": [{"$eq": ["$stream", "$$s"]}, {"$gte": ["$at", before]}]}}},
-            {"$limit": 1},
-        ]}},
+        {
+            "$lookup": {
+                "from": "events",
+                "let": {"s": "$_id"},
+                "as": "newer",
+                "pipeline": [
+                    {
+                        "$match": {
+                            "$expr": {
+                                "$and": [{"$eq": ["$stream", "$$s"]}, {"$gte": ["$at", before]}]
+                            }
+                        }
+                    },
+                    {"$limit": 1},
+                ],
+            }
+        },
         {"$match": {"newer": {"$size": 0}}},
         {"$addFields": {"job_id": {"$substrCP": ["$_id", 4, 64]}}},
         {"$lookup": {"from": "jobs", "localField": "job_id", "foreignField": "_id", "as": "open"}},
@@ -321,7 +336,9 @@ def take_partition(partition: int, pod: str, now: datetime, until: datetime) -> 
     return query, {"$set": {"owner": pod, "lease_until": until}}
 
 
-def renew_partitions(pod: str, partitions: Sequence[int], now: datetime, until: datetime) -> tuple[Doc, Doc]:
+def renew_partitions(
+    pod: str, partitions: Sequence[int], now: datetime, until: datetime
+) -> tuple[Doc, Doc]:
     return lease_held_query(pod, now, partitions), {"$set": {"lease_until": until}}
 
 

@@ -47,8 +47,11 @@ def _actor(raw: Any) -> Actor | None:
     if not isinstance(raw, Mapping):
         return None
     ident = raw.get("id") or raw.get("_id") or raw.get("user_id") or raw.get("username")
-    return Actor(id=str(ident) if ident is not None else None, via=str(raw.get("via", "api")),
-                 role=raw.get("role"))
+    return Actor(
+        id=str(ident) if ident is not None else None,
+        via=str(raw.get("via", "api")),
+        role=raw.get("role"),
+    )
 
 
 def changes_from_reference_job(doc: Mapping[str, Any], *, partitions: int = 64) -> Imported:
@@ -86,16 +89,27 @@ def changes_from_reference_job(doc: Mapping[str, Any], *, partitions: int = 64) 
     closed = at_ms(doc.get("closed_at") or doc.get("updated_at") or created)
     later = jobs.carried_over(
         row,
-        Stamp(closed if status == JobStatus.DEAD else at_ms(doc.get("updated_at") or created),
-              stamp.actor, stamp.trace_id),
+        Stamp(
+            closed if status == JobStatus.DEAD else at_ms(doc.get("updated_at") or created),
+            stamp.actor,
+            stamp.trace_id,
+        ),
         status=JobStatus.DEAD if status == JobStatus.DEAD else JobStatus.PENDING,
         attempts=int(doc.get("attempts") or 0),
         error=doc.get("last_error"),
-        next_run_at=next_run_at if status == JobStatus.PENDING else at_ms(doc.get("updated_at") or created),
+        next_run_at=next_run_at
+        if status == JobStatus.PENDING
+        else at_ms(doc.get("updated_at") or created),
         reason=IMPORT_REASON,
     )
-    merged = Change(first.stream, 0, first.events + later.events, later.row,
-                    dedupe_key=first.dedupe_key, partition=first.partition)
+    merged = Change(
+        first.stream,
+        0,
+        first.events + later.events,
+        later.row,
+        dedupe_key=first.dedupe_key,
+        partition=first.partition,
+    )
     return Imported((merged,), partition != computed)
 
 
@@ -105,8 +119,17 @@ def _with_reference_id(change: Change, object_id: str) -> Change:
 
     event = change.events[0]
     data = {**event.data, "reference_id": object_id}
-    rebuilt = new_event(event.stream, 1, event.type, data, at=event.at, actor=event.actor,
-                        trace_id=event.trace_id, prev_hash=event.prev_hash)
+    rebuilt = new_event(
+        event.stream,
+        1,
+        event.type,
+        data,
+        at=event.at,
+        actor=event.actor,
+        trace_id=event.trace_id,
+        prev_hash=event.prev_hash,
+    )
     row = jobs.apply(None, rebuilt)
-    return Change(change.stream, 0, (rebuilt,), row, dedupe_key=change.dedupe_key,
-                  partition=change.partition)
+    return Change(
+        change.stream, 0, (rebuilt,), row, dedupe_key=change.dedupe_key, partition=change.partition
+    )

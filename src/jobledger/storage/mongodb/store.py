@@ -51,7 +51,9 @@ class MongoStore(Store):
         self.url = url
         self.partitions = partitions
         self.client: Any = AsyncMongoClient(url, tz_aware=True, retryWrites=True)
-        self.db: Any = self.client[database] if database else self.client.get_default_database("jobledger")
+        self.db: Any = (
+            self.client[database] if database else self.client.get_default_database("jobledger")
+        )
         self._feed = LocalFeed()
         self._watcher: asyncio.Task[None] | None = None
 
@@ -63,7 +65,15 @@ class MongoStore(Store):
 
     async def migrate(self) -> None:
         existing = set(await self.db.list_collection_names())
-        for name in ("events", "jobs", "schedules", "partitions", "workers", "checkpoints", "counters"):
+        for name in (
+            "events",
+            "jobs",
+            "schedules",
+            "partitions",
+            "workers",
+            "checkpoints",
+            "counters",
+        ):
             if name not in existing:
                 try:
                     await self.db.create_collection(name)
@@ -120,7 +130,9 @@ class MongoStore(Store):
             raise TypeError("append_in needs an AsyncClientSession with a transaction in progress")
         return await self._write(session, changes, guard=None)
 
-    async def apply(self, changes: Sequence[Change], *, guard: LeaseGuard | None = None) -> list[bool]:
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
         if not changes:
             return []
 
@@ -131,17 +143,42 @@ class MongoStore(Store):
         self._publish([c for c, ok in zip(changes, flags, strict=True) if ok])
         return flags
 
-    async def _write(self, session: Any, changes: Sequence[Change], guard: LeaseGuard | None) -> list[bool]:
+    async def _write(
+        self, session: Any, changes: Sequence[Change], guard: LeaseGuard | None
+    ) -> list[bool]:
         """Filter every change that would lose *before* writing, so no write raises a
         duplicate-key error (which would abort a caller's transaction)."""
         keys = [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
-        seen = {d["dedupe_key"] async for d in self.db.events.find(b.dedupe_query(keys), {"dedupe_key": 1}, session=session)} if keys else set()
+        seen = (
+            {
+                d["dedupe_key"]
+                async for d in self.db.events.find(
+                    b.dedupe_query(keys), {"dedupe_key": 1}, session=session
+                )
+            }
+            if keys
+            else set()
+        )
         new_streams = [c.stream for c in changes if c.is_new]
-        existing = {d["stream"] async for d in self.db.events.find(b.stream_exists_query(new_streams), {"stream": 1}, session=session)} if new_streams else set()
+        existing = (
+            {
+                d["stream"]
+                async for d in self.db.events.find(
+                    b.stream_exists_query(new_streams), {"stream": 1}, session=session
+                )
+            }
+            if new_streams
+            else set()
+        )
         held: set[int] | None = None
         if guard is not None:
             parts = [c.partition for c in changes if c.partition is not None]
-            held = {d["_id"] async for d in self.db.partitions.find(b.lease_held_query(guard.pod, guard.now, parts), {"_id": 1}, session=session)}
+            held = {
+                d["_id"]
+                async for d in self.db.partitions.find(
+                    b.lease_held_query(guard.pod, guard.now, parts), {"_id": 1}, session=session
+                )
+            }
         flags: list[bool] = []
         winners: list[Change] = []
         for change in changes:
@@ -163,14 +200,23 @@ class MongoStore(Store):
         return flags
 
     async def _write_row(
-        self, session: Any, change: Change, seen: set[str], existing: set[str], held: set[int] | None
+        self,
+        session: Any,
+        change: Change,
+        seen: set[str],
+        existing: set[str],
+        held: set[int] | None,
     ) -> bool:
         if held is not None and change.partition is not None and change.partition not in held:
             return False
-        if change.is_new and (change.stream in existing or (change.dedupe_key and change.dedupe_key in seen)):
+        if change.is_new and (
+            change.stream in existing or (change.dedupe_key and change.dedupe_key in seen)
+        ):
             return False
         conflict = b.running_code_conflict_query(change)
-        if conflict is not None and await self.db.jobs.find_one(conflict, {"_id": 1}, session=session):
+        if conflict is not None and await self.db.jobs.find_one(
+            conflict, {"_id": 1}, session=session
+        ):
             return False
         collection = self.db[b.collection_of(change)]
         if change.is_new:
@@ -180,7 +226,9 @@ class MongoStore(Store):
         if change.row is None:
             result = await collection.delete_one(b.cas_query(change), session=session)
             return bool(result.deleted_count)
-        result = await collection.replace_one(b.cas_query(change), b.row_document(change), session=session)
+        result = await collection.replace_one(
+            b.cas_query(change), b.row_document(change), session=session
+        )
         return bool(result.matched_count)
 
     def _publish(self, applied: Sequence[Change]) -> None:
@@ -189,7 +237,9 @@ class MongoStore(Store):
             self._feed.publish(wake)
 
     # --- the queue -------------------------------------------------------------------------
-    async def _jobs(self, query: dict[str, Any], sort: list[tuple[str, int]] | None = None, limit: int = 0) -> list[Job]:
+    async def _jobs(
+        self, query: dict[str, Any], sort: list[tuple[str, int]] | None = None, limit: int = 0
+    ) -> list[Job]:
         cursor = self.db.jobs.find(query)
         if sort:
             cursor = cursor.sort(sort)
@@ -206,7 +256,10 @@ class MongoStore(Store):
         return await self._jobs(query, sort, limit)
 
     async def running_codes(self, now: datetime) -> set[str]:
-        return {d["running_code"] async for d in self.db.jobs.find(b.running_codes_query(now), {"running_code": 1})}
+        return {
+            d["running_code"]
+            async for d in self.db.jobs.find(b.running_codes_query(now), {"running_code": 1})
+        }
 
     async def inflight(self, partition: int) -> list[Job]:
         return await self._jobs(b.inflight_query(partition))
@@ -233,7 +286,9 @@ class MongoStore(Store):
         await self.db.workers.delete_one({"_id": pod})
 
     async def live_workers(self, since: datetime) -> list[str]:
-        return sorted([d["_id"] async for d in self.db.workers.find(b.live_workers_query(since), {"_id": 1})])
+        return sorted(
+            [d["_id"] async for d in self.db.workers.find(b.live_workers_query(since), {"_id": 1})]
+        )
 
     async def leases(self) -> list[PartitionLease]:
         return [
@@ -241,12 +296,16 @@ class MongoStore(Store):
             async for d in self.db.partitions.find({}).sort("_id", 1)
         ]
 
-    async def take_partition(self, partition: int, pod: str, now: datetime, until: datetime) -> bool:
+    async def take_partition(
+        self, partition: int, pod: str, now: datetime, until: datetime
+    ) -> bool:
         query, update = b.take_partition(partition, pod, now, until)
         result = await self.db.partitions.update_one(query, update)
         return bool(result.matched_count)
 
-    async def renew_partitions(self, pod: str, partitions: Sequence[int], now: datetime, until: datetime) -> list[int]:
+    async def renew_partitions(
+        self, pod: str, partitions: Sequence[int], now: datetime, until: datetime
+    ) -> list[int]:
         query, update = b.renew_partitions(pod, partitions, now, until)
         held = sorted([d["_id"] async for d in self.db.partitions.find(query, {"_id": 1})])
         if held:
@@ -290,7 +349,10 @@ class MongoStore(Store):
     async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
         if not keys:
             return set()
-        return {d["dedupe_key"] async for d in self.db.events.find(b.dedupe_query(keys), {"dedupe_key": 1})}
+        return {
+            d["dedupe_key"]
+            async for d in self.db.events.find(b.dedupe_query(keys), {"dedupe_key": 1})
+        }
 
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         cursor = await self.db.events.aggregate(b.closed_streams_pipeline(before, limit))
@@ -307,7 +369,9 @@ class MongoStore(Store):
         return (int(doc["position"]), doc.get("state")) if doc else (0, None)
 
     async def save_checkpoint(self, name: str, position: int, state: Any) -> None:
-        await self.db.checkpoints.update_one({"_id": name}, b.checkpoint_update(position, state), upsert=True)
+        await self.db.checkpoints.update_one(
+            {"_id": name}, b.checkpoint_update(position, state), upsert=True
+        )
 
     async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
         async def body(session: Any) -> None:
@@ -316,7 +380,9 @@ class MongoStore(Store):
             if jobs:
                 await self.db.jobs.insert_many([b.job_doc(j) for j in jobs], session=session)
             if schedules:
-                await self.db.schedules.insert_many([b.schedule_doc(s) for s in schedules], session=session)
+                await self.db.schedules.insert_many(
+                    [b.schedule_doc(s) for s in schedules], session=session
+                )
 
         await self._in_transaction(body)
 
@@ -336,7 +402,9 @@ class MongoStore(Store):
             doc = await self.db.checkpoints.find_one({"_id": FEED_CHECKPOINT})
             token = doc.get("resume_token") if doc else None
             try:
-                async with await self.db.watch(b.change_stream_pipeline(), resume_after=token) as stream:
+                async with await self.db.watch(
+                    b.change_stream_pipeline(), resume_after=token
+                ) as stream:
                     self._feed.publish(EVERYTHING)
                     saved_at = 0.0
                     loop = asyncio.get_running_loop()
@@ -365,4 +433,3 @@ class MongoStore(Store):
             except PyMongoError as exc:
                 logger.warning("change stream lost (%s); reconnecting", exc)
                 await asyncio.sleep(1.0)
-

@@ -70,8 +70,17 @@ def _opening(change: Change) -> list[Any]:
     row = _job_values(job)
     row[_PAYLOAD] = None
     row.append("\\x" + job.order_key.encode().hex())
-    row += (event.stream, event.version, event.type, event.at, actor_json(event.actor),
-            event.trace_id, event.prev_hash, event.hash, _dedupe_key(change, 0, event))
+    row += (
+        event.stream,
+        event.version,
+        event.type,
+        event.at,
+        actor_json(event.actor),
+        event.trace_id,
+        event.prev_hash,
+        event.hash,
+        _dedupe_key(change, 0, event),
+    )
     return row
 
 
@@ -115,9 +124,19 @@ def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
     as their text (json's binary input)."""
     event = change.events[0]
     actor = actor_json(event.actor)
-    return (position, event.stream, event.version, event.type, json_bytes(dict(event.data)),
-            event.at, None if actor is None else json_bytes(actor), event.trace_id,
-            event.prev_hash, event.hash, _dedupe_key(change, 0, event))
+    return (
+        position,
+        event.stream,
+        event.version,
+        event.type,
+        json_bytes(dict(event.data)),
+        event.at,
+        None if actor is None else json_bytes(actor),
+        event.trace_id,
+        event.prev_hash,
+        event.hash,
+        _dedupe_key(change, 0, event),
+    )
 
 
 def wake_params(changes: Sequence[Change]) -> dict[str, list[Any]]:
@@ -125,8 +144,10 @@ def wake_params(changes: Sequence[Change]) -> dict[str, list[Any]]:
     each once (the statement unnests them side by side and skips the NULLs that pad
     the shorter array)."""
     rows: list[Job] = [c.row for c in changes]
-    return {"parts": sorted({j.partition for j in rows}),
-            "lanes": sorted({j.lane.value for j in rows})}
+    return {
+        "parts": sorted({j.partition for j in rows}),
+        "lanes": sorted({j.lane.value for j in rows}),
+    }
 
 
 def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
@@ -138,17 +159,19 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
     for index, change in items:
         kind, _, ident = change.stream.partition(":")
         row = change.row
-        changes.append({
-            "i": index,
-            "stream": change.stream,
-            "kind": kind,
-            "ident": ident,
-            "expected": change.expected_version,
-            "isnew": change.is_new,
-            "del": row is None,
-            "part": change.partition,
-            "lane": row.lane.value if isinstance(row, Job) else None,
-        })
+        changes.append(
+            {
+                "i": index,
+                "stream": change.stream,
+                "kind": kind,
+                "ident": ident,
+                "expected": change.expected_version,
+                "isnew": change.is_new,
+                "del": row is None,
+                "part": change.partition,
+                "lane": row.lane.value if isinstance(row, Job) else None,
+            }
+        )
         if isinstance(row, Job):
             # an update rewrites only what a transition can change
             jobs.append(job_record(row) if change.is_new else job_transition_dict(row))

@@ -88,8 +88,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " WHERE lane = 'fast' AND inflight_token IS NOT NULL",
             "CREATE INDEX jobs_long_pending ON {s}.jobs (next_run_at, id)"
             " WHERE status = 'PENDING' AND lane = 'long'",
-            "CREATE INDEX jobs_running_lease ON {s}.jobs (lease_until)"
-            " WHERE status = 'RUNNING'",
+            "CREATE INDEX jobs_running_lease ON {s}.jobs (lease_until) WHERE status = 'RUNNING'",
             "CREATE UNIQUE INDEX jobs_running_code ON {s}.jobs (running_code)"
             " WHERE status = 'RUNNING' AND running_code IS NOT NULL",
             # admin listing, newest first (the primary key serves the unfiltered list)

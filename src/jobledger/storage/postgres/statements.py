@@ -27,33 +27,55 @@ MAX_NOTIFY = 7900
 #: the enqueue statement's rows: the job row (`JOB_FIELDS`), `order_key`, then these
 #: fields of the stream's first event (see `encode.opening_params`)
 OPENING_EVENT_FIELDS = (
-    "stream", "version", "type", "at", "actor", "trace_id", "prev_hash", "hash", "dedupe_key",
+    "stream",
+    "version",
+    "type",
+    "at",
+    "actor",
+    "trace_id",
+    "prev_hash",
+    "hash",
+    "dedupe_key",
 )
 #: the SQL type of every `jobs` column that is not text (a test compares with the table)
 JOB_TYPES = {
-    "partition": "integer", "version": "bigint", "payload": "json", "attempts": "integer",
-    "next_run_at": "timestamptz", "created_at": "timestamptz", "updated_at": "timestamptz",
-    "stream_version": "integer", "headers": "jsonb", "actor": "jsonb",
-    "lease_until": "timestamptz", "closed_at": "timestamptz", "order_key": "bytea",
+    "partition": "integer",
+    "version": "bigint",
+    "payload": "json",
+    "attempts": "integer",
+    "next_run_at": "timestamptz",
+    "created_at": "timestamptz",
+    "updated_at": "timestamptz",
+    "stream_version": "integer",
+    "headers": "jsonb",
+    "actor": "jsonb",
+    "lease_until": "timestamptz",
+    "closed_at": "timestamptz",
+    "order_key": "bytea",
 }
 #: likewise for the `events` columns
 EVENT_TYPES = {
-    "position": "bigint", "version": "integer", "data": "json", "at": "timestamptz",
+    "position": "bigint",
+    "version": "integer",
+    "data": "json",
+    "at": "timestamptz",
     "actor": "json",
 }
 #: the type psycopg dumps a binary COPY value of a column of each SQL type as; json and
 #: jsonb values arrive pre-encoded in their binary input form (`encode.job_copy_row`)
 _COPY_DUMPERS = {
-    "integer": "int4", "bigint": "int8", "timestamptz": "timestamptz", "bytea": "bytea",
-    "json": "bytea", "jsonb": "bytea",
+    "integer": "int4",
+    "bigint": "int8",
+    "timestamptz": "timestamptz",
+    "bytea": "bytea",
+    "json": "bytea",
+    "jsonb": "bytea",
 }
 
 
 def copy_types(columns: str, types: dict[str, str]) -> tuple[str, ...]:
     """The `Copy.set_types` list of a binary COPY of `columns` (text unless in `types`)."""
-    return tuple(
-        _COPY_DUMPERS[types[c]] if c in types else "text" for c in columns.split(", ")
-    )
+    return tuple(_COPY_DUMPERS[types[c]] if c in types else "text" for c in columns.split(", "))
 
 
 def _compare_and_set(s: str, kind: str, table: str, key: str, columns: str, rows: str) -> str:
@@ -234,13 +256,18 @@ def build(schema: str) -> Statements:
             if guarded
             else "ok AS (SELECT * FROM c),"
         )
-        existing = "" if new_only else (
-            _compare_and_set(s, "job", "jobs", "id", job_set, "jr")
-            + _compare_and_set(s, "schedule", "schedules", "code", schedule_set, "sr")
+        existing = (
+            ""
+            if new_only
+            else (
+                _compare_and_set(s, "job", "jobs", "id", job_set, "jr")
+                + _compare_and_set(s, "schedule", "schedules", "code", schedule_set, "sr")
+            )
         )
         winners = (
-            "SELECT i FROM nw" if new_only else
-            "SELECT i FROM ju UNION ALL SELECT i FROM jd UNION ALL SELECT i FROM su"
+            "SELECT i FROM nw"
+            if new_only
+            else "SELECT i FROM ju UNION ALL SELECT i FROM jd UNION ALL SELECT i FROM su"
             " UNION ALL SELECT i FROM sd UNION ALL SELECT i FROM nw"
         )
         return f"""
@@ -268,12 +295,12 @@ ev AS (
 nw AS (SELECT ok.i, ok.kind, ok.ident, ok.del FROM ok JOIN nf ON nf.stream = ok.stream),
 jn AS (
   INSERT INTO {s}.jobs ({JOB_COLUMNS}, order_key)
-  SELECT {', '.join('r.' + c for c in (*JOB_FIELDS, 'order_key'))}
+  SELECT {", ".join("r." + c for c in (*JOB_FIELDS, "order_key"))}
   FROM jr r JOIN nw ON nw.ident = r.id WHERE nw.kind = 'job' AND NOT nw.del
 ),
 sn AS (
   INSERT INTO {s}.schedules ({SCHEDULE_COLUMNS})
-  SELECT {', '.join('r.' + c for c in SCHEDULE_FIELDS)}
+  SELECT {", ".join("r." + c for c in SCHEDULE_FIELDS)}
   FROM sr r JOIN nw ON nw.ident = r.code WHERE nw.kind = 'schedule' AND NOT nw.del
 ),
 w AS ({winners}),
@@ -301,8 +328,13 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         copy_jobs=f"COPY {s}.jobs ({JOB_COLUMNS}, order_key) FROM STDIN (FORMAT binary)",
         copy_job_types=copy_types(f"{JOB_COLUMNS}, order_key", JOB_TYPES),
         notify_jobs="SELECT count(*) FROM ("
-        + _notify(channel, "x.part", "x.lane", "false",
-                  "unnest(%(parts)s::int[], %(lanes)s::text[]) AS x(part, lane)")
+        + _notify(
+            channel,
+            "x.part",
+            "x.lane",
+            "false",
+            "unnest(%(parts)s::int[], %(lanes)s::text[]) AS x(part, lane)",
+        )
         + ") n",
         fast_pending_first=f"SELECT {JOB_COLUMNS} {pending} {order}",
         fast_pending_after=f"SELECT {JOB_COLUMNS} {pending} AND order_key > %(after)s {order}",

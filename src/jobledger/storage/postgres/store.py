@@ -501,9 +501,7 @@ class PostgresStore(Store):
             (name, position, Jsonb(state)),
         )
 
-    async def replace_read_models(
-        self, jobs: Sequence[Job], schedules: Sequence[Schedule]
-    ) -> None:
+    async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
         job_rows = jsontext.dumps([encode.job_record(j) for j in jobs])
         schedule_rows = jsontext.dumps([schedule_to_dict(s) for s in schedules])
         job_cols = f"{statements.JOB_COLUMNS}, order_key"
