@@ -30,10 +30,10 @@ from typing import Any
 from pg_common import SERVER
 from pg_common import fresh_store as pg_fresh_store
 
+from jobledger.config.settings import Settings
 from jobledger.domain.jobs import Job, NewJob
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 
 BENCH_APP = "jobledger_drain_bench"

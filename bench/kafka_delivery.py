@@ -50,10 +50,10 @@ from aiokafka import AIOKafkaProducer  # noqa: E402
 from drain import fresh_store  # noqa: E402
 from tests.tansu import Tansu, consume, create_topic  # noqa: E402
 
+from jobledger.config.settings import Settings  # noqa: E402
 from jobledger.domain.jobs import Job, JobStatus, Lane, NewJob  # noqa: E402
 from jobledger.engine import Engine  # noqa: E402
 from jobledger.reactors.runtime import Runtime  # noqa: E402
-from jobledger.settings import Settings  # noqa: E402
 from jobledger.storage.port import JobFilter, Store  # noqa: E402
 from jobledger.targets.kafka import install_kafka  # noqa: E402
 

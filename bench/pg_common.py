@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.engine import Engine
 from jobledger.storage.postgres import PostgresStore
 

@@ -14,11 +14,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
+from jobledger.core.ids import new_id
 from jobledger.domain import jobs
 from jobledger.domain.jobs import Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
-from jobledger.ids import new_id
 from jobledger.storage.sqlite import SqliteStore
 
 

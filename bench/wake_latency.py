@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from jobledger.config.settings import Settings
 from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
-from jobledger.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from drain import fresh_store

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.storage.port import Store
 from tests.stores import ADAPTERS, make_store
 

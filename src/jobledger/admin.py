@@ -4,7 +4,7 @@ Thin over the pure core: read the row, let `domain.jobs` decide (it raises
 InvalidStatus for a row in the wrong state), then `store.apply` the change under its
 compare-and-set. A change that loses the race to a lane or another admin is reported
 as InvalidStatus (409), exactly like a row in the wrong state. The actor and trace id
-come from the request context (`jobledger.context.request_context`).
+come from the request context (`jobledger.core.context.request_context`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobledger import context
-from jobledger.clock import Clock
+from jobledger.core import context
+from jobledger.core.clock import Clock
+from jobledger.core.ids import is_job_id
 from jobledger.domain import jobs
 from jobledger.domain.errors import InvalidStatus, NotFound
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import Change, Job, Stamp
-from jobledger.ids import is_job_id
 from jobledger.storage.port import JobFilter, Store
 
 #: how a job that left the queue ended, by the event that closed it

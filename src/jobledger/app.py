@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobledger.admin import JobAdmin
-from jobledger.clock import Clock, SystemClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import Clock, SystemClock
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Reactor, Runtime
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store, store_url
 
@@ -177,7 +177,7 @@ def build(
     default), the engine with its telemetry, the scheduler, the lossy runner, the lane
     runtime with its reactors, Kafka when KAFKA_TARGET_TOPICS names topics, and the
     admin keys."""
-    from jobledger.logs import install_observers
+    from jobledger.observability.logs import install_observers
     from jobledger.projections.archive import LogArchive
     from jobledger.projections.retention import Retention
     from jobledger.projections.stats import stats_reactor
@@ -221,7 +221,8 @@ def build(
 def _keys(settings: Settings, explicit: str | None) -> tuple[dict[str, Any], str | None]:
     """Configured API keys; with none, one generated admin key for this process."""
     try:
-        from jobledger.http.auth import Principal, generate_key, parse_api_keys
+        from jobledger.config.api_keys import Principal, parse_api_keys
+        from jobledger.http.auth import generate_key
     except ImportError:  # the http extra is not installed: no HTTP, no keys needed
         return {}, None
     keys = parse_api_keys(explicit) if explicit else parse_api_keys(settings.api_keys)

@@ -16,18 +16,18 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from jobledger import context
-from jobledger.clock import Clock, SystemClock
+from jobledger.config.settings import Settings
+from jobledger.core import context
+from jobledger.core.clock import Clock, SystemClock
+from jobledger.core.ids import new_id
+from jobledger.core.registry import TargetRegistry
 from jobledger.domain import jobs
 from jobledger.domain.enqueue_rules import check_new_job
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.domain.policies import partition_of
-from jobledger.ids import new_id
-from jobledger.observe import Observers
-from jobledger.settings import Settings
+from jobledger.observability.observe import Observers
 from jobledger.storage.port import Store, Transaction
-from jobledger.targets.registry import TargetRegistry
 
 logger = logging.getLogger("jobledger.enqueue")
 

@@ -41,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from jobledger.config.settings import Settings
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import JobStatus, NewJob
 from jobledger.domain.timeutil import parse_iso
@@ -48,7 +49,6 @@ from jobledger.engine import Engine
 from jobledger.projections.audit import verify_log
 from jobledger.projections.log import pages
 from jobledger.projections.replay import replay
-from jobledger.settings import Settings
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.urls import open_store
 from tests.chaos import app as chaos_app

@@ -22,9 +22,9 @@ import psycopg
 import pytest
 
 from jobledger.app import build
-from jobledger.clock import SystemClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import SystemClock
 from jobledger.reactors.scheduler import SlotRun
-from jobledger.settings import Settings
 from jobledger.storage.postgres import PostgresStore
 from tests.factories.postgres import fresh_schema
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 from tests.contract.helpers import register_targets
 

@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
+from jobledger.core.ids import new_id, new_token
 from jobledger.domain import jobs, schedules
 from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.engine import Engine
-from jobledger.ids import new_id, new_token
 from jobledger.storage.port import Store, Wake
 
 FAST = "fast:t"

@@ -12,12 +12,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Job
 from jobledger.domain.policies import partition_of
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 
 

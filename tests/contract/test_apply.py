@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Job, JobStatus, Lane
 from jobledger.engine import Engine
 from jobledger.storage.port import LeaseGuard, Store

@@ -6,7 +6,7 @@ import asyncio
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.storage.port import PartitionLease, Store
 from tests.contract.conftest import Kit
 

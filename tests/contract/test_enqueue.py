@@ -10,8 +10,8 @@ import logging
 
 import pytest
 
-from jobledger.clock import FakeClock
-from jobledger.context import request_context
+from jobledger.core.clock import FakeClock
+from jobledger.core.context import request_context
 from jobledger.domain.errors import UnknownTarget
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import JobStatus, Lane, NewJob

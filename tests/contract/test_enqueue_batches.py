@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from jobledger.clock import FakeClock
-from jobledger.context import request_context
+from jobledger.core.clock import FakeClock
+from jobledger.core.context import request_context
 from jobledger.domain.events import Actor, verify_chain
 from jobledger.domain.jobs import NewJob
 from jobledger.engine import Engine

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Lane
 from jobledger.engine import Engine
 from jobledger.storage.port import Store, Wake

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.errors import DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import EventType

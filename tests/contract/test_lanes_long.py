@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.errors import SkipRun, TargetUnreachable
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import Change
 from jobledger.reactors.runtime import Runtime

@@ -7,10 +7,10 @@ import asyncio
 from collections import Counter
 from datetime import datetime, timedelta
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.errors import DeadNow, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job
-from jobledger.observe import Observer, RunRecord
+from jobledger.observability.observe import Observer, RunRecord
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store
 from tests.contract.lanes_kit import Recorder, enqueue, make_engine, until

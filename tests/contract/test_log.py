@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.events import verify_chain
 from jobledger.engine import Engine
 from jobledger.storage.port import Store

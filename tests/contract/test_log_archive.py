@@ -8,7 +8,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM, Event, verify_chain
 from jobledger.domain.jobs import DeliveryMode, OutcomePolicy, Result, RunResult, Stamp

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Lane
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 from tests.contract.helpers import (
     EXCLUSIVE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import JobStatus
 from jobledger.engine import Engine
 from jobledger.storage.port import JobFilter, Store

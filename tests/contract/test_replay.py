@@ -13,11 +13,11 @@ from datetime import timedelta
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
+from jobledger.core.ids import new_id
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import JobStatus, Stamp
 from jobledger.domain.schedule_row import Schedule
-from jobledger.ids import new_id
 from jobledger.projections.replay import EXTRA, FIELD, MISSING, replay
 from jobledger.projections.schedules import schedule_apply
 from jobledger.storage.port import Store

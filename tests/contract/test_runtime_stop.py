@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import DeliveryMode, Job, JobStatus
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store

@@ -18,16 +18,16 @@ from typing import Any, cast
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain.errors import DuplicateSchedule, InvalidCron, NotFound
 from jobledger.domain.events import Actor, Event, EventType, verify_chain
 from jobledger.domain.jobs import Job, JobStatus
 from jobledger.domain.schedule_row import MissedSlotPolicy
 from jobledger.engine import Engine
-from jobledger.observe import Observer
+from jobledger.observability.observe import Observer
 from jobledger.reactors.runtime import Runtime
 from jobledger.reactors.scheduler import Scheduler, SlotRun
-from jobledger.settings import Settings
 from jobledger.storage.port import JobFilter, Store
 from tests.contract.conftest import Kit
 

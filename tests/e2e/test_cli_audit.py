@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.storage.sqlite import SqliteStore
 from tests.contract.test_replay_workload import generate
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import DeliveryMode, JobStatus
 from jobledger.engine import Engine
-from jobledger.observe import Observer, RunRecord
+from jobledger.observability.observe import Observer, RunRecord
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store
 from jobledger.targets.kafka import KafkaTarget, install_kafka

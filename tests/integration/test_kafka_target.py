@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from jobledger import context
+from jobledger.core import context
+from jobledger.core.ids import new_id
 from jobledger.domain import jobs
 from jobledger.domain.errors import DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
-from jobledger.ids import new_id
 from jobledger.targets.kafka import KafkaTarget, ProducerOptions
 from jobledger.targets.kafka_rules import KafkaEvent
 from tests.tansu import Tansu, closed_port, consume, create_topic, tansu_fixture  # noqa: F401  (fixture `tansu`)

@@ -15,12 +15,12 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from jobledger import context
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core import context
+from jobledger.core.clock import FakeClock
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.memory import MemoryStore
 from jobledger.targets.lossy import RedisLossyRunner, install_lossy
 

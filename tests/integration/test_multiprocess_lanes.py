@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from jobledger.clock import SystemClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import SystemClock
 from jobledger.domain.jobs import JobStatus
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store
 from tests.integration import multiprocess_app

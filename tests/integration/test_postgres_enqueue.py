@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.events import Actor, verify_chain
 from jobledger.domain.jobs import Change, NewJob, Stamp

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Lane
 from jobledger.storage.port import EVERYTHING, Wake
 from jobledger.storage.postgres import PostgresStore

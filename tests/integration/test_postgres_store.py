@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
+from jobledger.core.ids import new_id
 from jobledger.domain import jobs
 from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
-from jobledger.ids import new_id
 from jobledger.storage.port import EVERYTHING, LeaseGuard, Wake
 from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.schema import LATEST, migrate

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain.events import EventType, verify_chain
 from jobledger.domain.schedules import slot_dedupe_key
 from jobledger.engine import Engine
 from jobledger.reactors.scheduler import Scheduler, SlotRun
-from jobledger.settings import Settings
 from jobledger.storage.port import JobFilter
 from jobledger.storage.urls import open_store
 from tests.integration.test_multiprocess_lanes import store_url

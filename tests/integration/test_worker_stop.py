@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 
 from jobledger.cli.worker import EXIT_STOP_TIMEOUT
+from jobledger.config.settings import Settings
 from jobledger.domain.jobs import JobStatus
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.urls import open_store
 from tests.integration import multiprocess_app
 from tests.integration.test_multiprocess_lanes import (

@@ -12,15 +12,16 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 
-from jobledger import context
 from jobledger.admin import JobAdmin
-from jobledger.clock import FakeClock
+from jobledger.config.api_keys import parse_api_keys
+from jobledger.core import context
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, Result, RunResult, Stamp
 from jobledger.engine import Engine
 from jobledger.http.app import create_app
-from jobledger.http.auth import ApiKeys, parse_api_keys
+from jobledger.http.auth import ApiKeys
 from jobledger.http.services import Services
 from jobledger.reactors.scheduler import Scheduler
 from jobledger.storage.port import Store

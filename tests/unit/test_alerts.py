@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from jobledger.alerts import AlertObserver, LogAlertHook
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
+from jobledger.observability.alerts import AlertObserver, LogAlertHook
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -124,7 +124,7 @@ def test_schedule_missed_alerts() -> None:
 
 def test_default_hook_writes_a_structured_error_line(caplog: pytest.LogCaptureFixture) -> None:
     AlertObserver().job_dead(a_job(), "dead_now", None)
-    (record,) = [r for r in caplog.records if r.name == "jobledger.alerts"]
+    (record,) = [r for r in caplog.records if r.name == "jobledger.observability.alerts"]
     assert record.levelno == logging.ERROR
     assert record.getMessage().startswith("job dead alert code=order_update")
     assert (
@@ -138,5 +138,5 @@ def test_log_hook_skips_kinds_logged_elsewhere_and_renames_reserved_fields(
     hook = LogAlertHook(skip={"job_dead"})
     hook.alert("job_dead", "job dead alert …", {})
     hook.alert("custom", "custom alert", {"name": "x", "message": "y"})
-    (record,) = [r for r in caplog.records if r.name == "jobledger.alerts"]
+    (record,) = [r for r in caplog.records if r.name == "jobledger.observability.alerts"]
     assert vars(record)["field_name"] == "x" and vars(record)["field_message"] == "y"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from jobledger.cli import main
-from jobledger.config import describe, explain, load_settings, parse_kafka_target_topics
+from jobledger.config.load import describe, explain, load_settings, parse_kafka_target_topics
+from jobledger.config.settings import Settings
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import DeliveryMode
-from jobledger.settings import Settings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from jobledger import context
+from jobledger.core import context
 from jobledger.domain.events import Actor
 
 

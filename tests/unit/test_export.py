@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobledger.cli import main
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.timeutil import iso
 from jobledger.projections.audit import export_log
 from jobledger.storage.memory import MemoryStore

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.events import EventType
 from jobledger.domain.timeutil import iso

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.http import openapi
 from jobledger.storage.memory import MemoryStore
 from tests.unit.http_helpers import ADMIN, client, world

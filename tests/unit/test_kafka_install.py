@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from jobledger.config.settings import Settings
 from jobledger.domain.errors import ConfigError, DuplicateTarget
 from jobledger.domain.jobs import DeliveryMode, Lane
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.memory import MemoryStore
 from jobledger.targets.kafka import install_kafka
 from jobledger.targets.kafka_rules import KafkaEvent

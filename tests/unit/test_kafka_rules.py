@@ -10,11 +10,11 @@ from typing import Any
 import aiokafka.errors as kerr
 import pytest
 
-from jobledger.context import RequestContext
+from jobledger.core.context import RequestContext
+from jobledger.core.ids import new_id
 from jobledger.domain import jobs
 from jobledger.domain.errors import ConfigError, DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane, NewJob, Stamp
-from jobledger.ids import new_id
 from jobledger.targets.kafka_rules import (
     InvalidRecord,
     KafkaAnswered,

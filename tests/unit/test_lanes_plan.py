@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.errors import DeadNow, SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, JobStatus, Lane, NewJob, Result, Stamp
 from jobledger.domain.lanes import TargetView, next_page_after, pick_long, plan_batch
-from jobledger.observe import Observers
+from jobledger.observability.observe import Observers
 from jobledger.reactors.outcome import classify
 from jobledger.reactors.pause import PauseMap
 

@@ -11,24 +11,24 @@ from typing import Any
 
 import pytest
 
-from jobledger import context
-from jobledger.alerts import AlertObserver
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core import context
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.engine import Engine
-from jobledger.logs import (
+from jobledger.observability.alerts import AlertObserver
+from jobledger.observability.logs import (
     JsonFormatter,
     RunLogObserver,
     configure_logging,
     install_observers,
     log_run_line,
 )
-from jobledger.metrics import MetricsObserver
-from jobledger.observe import RunRecord
-from jobledger.settings import Settings
+from jobledger.observability.metrics import MetricsObserver
+from jobledger.observability.observe import RunRecord
+from jobledger.observability.tracing import TracingObserver
 from jobledger.storage.memory import MemoryStore
-from jobledger.tracing import TracingObserver
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -158,11 +158,11 @@ def test_install_observers_wires_all_four(
     assert telemetry.alerts.pause_alert_s == 60 and telemetry.alerts.clock is clock
     # the default hook does not repeat the lanes' own `job dead alert` line
     engine.observers.job_dead(a_job(), "max_attempts", None)
-    assert not [r for r in caplog.records if r.name == "jobledger.alerts"]
+    assert not [r for r in caplog.records if r.name == "jobledger.observability.alerts"]
     engine.observers.schedule_missed("nightly", 2, "pods_down")
-    assert [r.getMessage() for r in caplog.records if r.name == "jobledger.alerts"] == [
-        "schedule missed alert code=nightly slots=2 reason=pods_down"
-    ]
+    assert [
+        r.getMessage() for r in caplog.records if r.name == "jobledger.observability.alerts"
+    ] == ["schedule missed alert code=nightly slots=2 reason=pods_down"]
 
 
 def test_install_observers_with_a_custom_hook(clock: FakeClock) -> None:

@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from jobledger import context
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core import context
+from jobledger.core.clock import FakeClock
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
-from jobledger.observe import Observer, RunRecord
-from jobledger.settings import Settings
+from jobledger.observability.observe import Observer, RunRecord
 from jobledger.storage.memory import MemoryStore
 from jobledger.targets.lossy import (
     InProcessLossyRunner,

@@ -4,11 +4,11 @@ reads, `fast_pending` lists exactly the PENDING fast rows, each once."""
 
 from __future__ import annotations
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.jobs import Job, Stamp
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.memory import MemoryStore
 from tests.contract.helpers import FAST, enqueue, kill, register_targets, succeed
 

@@ -9,14 +9,20 @@ import httpx
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.engine import Engine
-from jobledger.logs import install_observers
-from jobledger.metrics import CONTENT_TYPE, MetricsObserver, asgi_app, metrics_asgi_app, render
-from jobledger.observe import RunRecord
-from jobledger.settings import Settings
+from jobledger.observability.logs import install_observers
+from jobledger.observability.metrics import (
+    CONTENT_TYPE,
+    MetricsObserver,
+    asgi_app,
+    metrics_asgi_app,
+    render,
+)
+from jobledger.observability.observe import RunRecord
 from jobledger.storage.memory import MemoryStore
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

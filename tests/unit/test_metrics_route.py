@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from jobledger.app import build
-from jobledger.settings import Settings
+from jobledger.config.settings import Settings
 from jobledger.storage.memory import MemoryStore
 
 

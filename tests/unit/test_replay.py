@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobledger.cli import main
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.events import EventType, new_event
 from jobledger.projections.replay import EXTRA, FIELD, MISSING, Difference, compare_rows, replay
 from jobledger.storage.memory import MemoryStore

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import Job, JobStatus, NewJob, Result, RunResult, Stamp
 from jobledger.projections.replay import replay
 from jobledger.projections.retention import Retention
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 from tests.contract.test_replay_workload import AMO, FAST, engine_for
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Lane
 from jobledger.engine import Engine
-from jobledger.settings import Settings
 from jobledger.storage.sqlite import SqliteStore
 from jobledger.storage.sqlite_schema import LATEST
 from jobledger.storage.urls import open_store

@@ -6,9 +6,9 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import JobStatus
-from jobledger.observe import Observer
+from jobledger.observability.observe import Observer
 from jobledger.projections.runner import ProjectionRunner, fold_events
 from jobledger.projections.stats import StatsProjection, hour_of, read_stats, stats_reactor
 from jobledger.storage.memory import MemoryStore

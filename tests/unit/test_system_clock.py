@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from jobledger.clock import SystemClock
+from jobledger.core.clock import SystemClock
 from jobledger.domain.timeutil import at_ms
 
 

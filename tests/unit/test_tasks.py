@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from jobledger.tasks import run_each
+from jobledger.core.tasks import run_each
 
 
 async def test_results_come_back_in_order_while_the_coroutines_overlap() -> None:

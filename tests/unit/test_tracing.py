@@ -12,17 +12,21 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from jobledger import context
-from jobledger.clock import FakeClock
+from jobledger.config.settings import Settings
+from jobledger.core import context
+from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.engine import Engine
-from jobledger.observe import RunRecord
+from jobledger.observability.observe import RunRecord
+from jobledger.observability.tracing import (
+    TracingObserver,
+    current_traceparent,
+    traced_enqueue_context,
+)
 from jobledger.reactors.runtime import Runtime
-from jobledger.settings import Settings
 from jobledger.storage.memory import MemoryStore
-from jobledger.tracing import TracingObserver, current_traceparent, traced_enqueue_context
 from tests.contract.lanes_kit import Recorder, until
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

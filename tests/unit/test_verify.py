@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.domain.events import event_hash
 from jobledger.projections.audit import verify_log
 from jobledger.storage.memory import MemoryStore

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobledger.cli import main
-from jobledger.clock import FakeClock
+from jobledger.core.clock import FakeClock
 from jobledger.projections.audit import verify_log
 from jobledger.storage.sqlite import SqliteStore
 from tests.contract.test_replay_workload import generate

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from jobledger.cli._audit import parse_time, run_on_store
-from jobledger.clock import SystemClock
+from jobledger.core.clock import SystemClock
 from jobledger.domain.errors import InvalidArgument
 from jobledger.projections.archive import LogArchive
 from jobledger.storage.port import Store

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from jobledger.config import explain
+from jobledger.config.load import explain
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

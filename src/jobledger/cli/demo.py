@@ -32,7 +32,7 @@ from typing import Any, TextIO
 from jobledger.cli.serve import add_http_options, print_access, stop_on_signals
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import Job
-from jobledger.observe import Observer, RunRecord
+from jobledger.observability.observe import Observer, RunRecord
 
 DEMO_STORE = "sqlite:///jobledger-demo.db"
 EMAIL, WEBHOOK, LEDGER = "demo:email", "demo:webhook", "demo:ledger-sync"
@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from jobledger.app import build
-    from jobledger.config import load_settings
+    from jobledger.config.load import load_settings
 
     settings = load_settings(file=getattr(args, "config", None))
     settings = dataclasses.replace(

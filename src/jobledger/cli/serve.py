@@ -112,8 +112,8 @@ async def _serve(
     """Serve until SIGINT / SIGTERM; then stop within `stop_timeout_s` (`deadline`, when
     given, ends the process if the stop is still waiting then)."""
     from jobledger.app import build
-    from jobledger.config import load_settings
-    from jobledger.logs import configure_logging
+    from jobledger.config.load import load_settings
+    from jobledger.observability.logs import configure_logging
 
     settings = load_settings(file=getattr(args, "config", None))
     configure_logging(settings)

@@ -118,8 +118,8 @@ def _call_setup(fn: Callable[..., Any], app: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from jobledger.app import build
-    from jobledger.config import load_settings
-    from jobledger.logs import configure_logging
+    from jobledger.config.load import load_settings
+    from jobledger.observability.logs import configure_logging
     from jobledger.reactors.runtime import wait_for_signal
 
     settings = load_settings(file=args.config)

@@ -1,5 +1,5 @@
 """The Starlette application: admin API under /api/v1, the admin page under /admin,
-health probes, the OpenAPI document and (when `jobledger.metrics` is present) /metrics.
+health probes, the OpenAPI document and (when `jobledger.observability.metrics` is present) /metrics.
 
     app = create_app(services, ApiKeys(parse_api_keys(os.environ["JOBLEDGER_API_KEYS"])))
     uvicorn.run(app, host="127.0.0.1", port=8080)
@@ -38,9 +38,9 @@ async def home(request: Request) -> Response:
 
 
 def _metrics_routes() -> list[BaseRoute]:
-    """`/metrics` from `jobledger.metrics` (`asgi_app()`), when that module exists."""
+    """`/metrics` from `jobledger.observability.metrics` (`asgi_app()`), when that module exists."""
     try:
-        metrics = importlib.import_module("jobledger.metrics")
+        metrics = importlib.import_module("jobledger.observability.metrics")
     except ImportError:
         return []
     factory = getattr(metrics, "asgi_app", None)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from jobledger.admin import JobAdmin
-from jobledger.clock import Clock
+from jobledger.core.clock import Clock
 from jobledger.domain.events import Actor
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.port import Store

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from jobledger.clock import Clock, SystemClock
+from jobledger.core.clock import Clock, SystemClock
 from jobledger.domain.events import Event
 from jobledger.projections.periodic import Periodic
 from jobledger.storage.port import Store

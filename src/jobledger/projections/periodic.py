@@ -6,8 +6,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from jobledger.clock import Clock
-from jobledger.tasks import cancel_and_wait
+from jobledger.core.clock import Clock
+from jobledger.core.tasks import cancel_and_wait
 
 logger = logging.getLogger("jobledger.periodic")
 

@@ -18,13 +18,13 @@ import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobledger.clock import Clock, SystemClock
-from jobledger.context import new_trace_id
+from jobledger.config.settings import Settings
+from jobledger.core.clock import Clock, SystemClock
+from jobledger.core.context import new_trace_id
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, JobStatus, Stamp
 from jobledger.projections.periodic import Periodic
-from jobledger.settings import Settings
 from jobledger.storage.port import JobFilter, Store
 
 if TYPE_CHECKING:

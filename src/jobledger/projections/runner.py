@@ -20,12 +20,12 @@ import logging
 import random
 from typing import Any, Protocol
 
-from jobledger.clock import Clock, SystemClock
+from jobledger.core.clock import Clock, SystemClock
+from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.events import Event
-from jobledger.observe import Observer
+from jobledger.observability.observe import Observer
 from jobledger.projections.log import DEFAULT_PAGE
 from jobledger.storage.port import Store
-from jobledger.tasks import cancel_and_wait
 
 logger = logging.getLogger("jobledger.projections")
 

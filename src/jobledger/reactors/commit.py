@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobledger.clock import Clock
+from jobledger.core.clock import Clock
 from jobledger.domain.jobs import Change
 from jobledger.storage.port import LeaseGuard, Store
 

@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from jobledger.core.ids import new_token
+from jobledger.core.registry import Target
+from jobledger.core.tasks import run_each
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import (
@@ -42,13 +45,10 @@ from jobledger.domain.jobs import (
     Stamp,
 )
 from jobledger.domain.lanes import BatchPlan, TargetView, next_page_after, plan_batch
-from jobledger.ids import new_token
 from jobledger.reactors.commit import GroupCommitter
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.waiting import safety_poll_s, wait_for
 from jobledger.storage.port import LeaseGuard
-from jobledger.targets.registry import Target
-from jobledger.tasks import run_each
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine

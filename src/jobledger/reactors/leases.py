@@ -21,11 +21,11 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from jobledger.clock import Clock
+from jobledger.config.settings import Settings
+from jobledger.core.clock import Clock
 from jobledger.domain.policies import share_target
-from jobledger.observe import Observer
+from jobledger.observability.observe import Observer
 from jobledger.reactors.waiting import wait_for
-from jobledger.settings import Settings
 from jobledger.storage.port import Store
 
 logger = logging.getLogger("jobledger.leases")

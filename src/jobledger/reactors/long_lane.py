@@ -19,14 +19,14 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from jobledger.core.ids import new_token
+from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain import jobs
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, JobStatus, Lane, Outcome, Stamp
 from jobledger.domain.lanes import TargetView, pick_long
-from jobledger.ids import new_token
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.waiting import safety_poll_s, wait_for
-from jobledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine

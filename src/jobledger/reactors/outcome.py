@@ -14,15 +14,15 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from jobledger import context
+from jobledger.core import context
+from jobledger.core.registry import Target
 from jobledger.domain import jobs
 from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, Outcome, OutcomePolicy, Result, RunResult, Stamp
-from jobledger.logs import log_run_line, run_line_level
-from jobledger.observe import RunRecord
+from jobledger.observability.logs import log_run_line, run_line_level
+from jobledger.observability.observe import RunRecord
 from jobledger.reactors.pause import PauseMap
-from jobledger.targets.registry import Target
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jobledger.clock import Clock
-from jobledger.observe import Observer
+from jobledger.core.clock import Clock
+from jobledger.observability.observe import Observer
 
 
 @dataclass(slots=True)

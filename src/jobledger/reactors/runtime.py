@@ -18,6 +18,7 @@ import signal
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Lane
 from jobledger.reactors import gc_freeze
 from jobledger.reactors.commit import GroupCommitter
@@ -27,7 +28,6 @@ from jobledger.reactors.long_lane import LongLane
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.pause import PauseMap
 from jobledger.storage.port import Wake
-from jobledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobledger import context
-from jobledger.clock import Clock
+from jobledger.core import context
+from jobledger.core.clock import Clock
+from jobledger.core.ids import new_id
+from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain import schedules as sched
 from jobledger.domain.errors import (
     DuplicateSchedule,
@@ -36,10 +38,8 @@ from jobledger.domain.events import SYSTEM, Actor
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, Stamp
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
 from jobledger.domain.timeutil import at_ms
-from jobledger.ids import new_id
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.port import JobFilter
-from jobledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine

@@ -12,8 +12,8 @@ import contextlib
 import random
 from datetime import datetime, timedelta
 
-from jobledger.clock import Clock, SystemClock
-from jobledger.tasks import cancel_and_wait
+from jobledger.core.clock import Clock, SystemClock
+from jobledger.core.tasks import cancel_and_wait
 
 MIN_IDLE_POLL_S = 5.0
 

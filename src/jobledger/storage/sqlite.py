@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import TRANSITION_FIELDS, Change, Job, Lane
@@ -47,7 +48,6 @@ from jobledger.storage.port import (
     run_after_commit,
 )
 from jobledger.storage.sqlite_schema import migrate as migrate_schema
-from jobledger.tasks import cancel_and_wait
 
 T = TypeVar("T")
 

@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import ProducerClosed
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
-from jobledger import context
+from jobledger.core import context
 from jobledger.domain.errors import ConfigError, DeadNow, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane
 from jobledger.targets.kafka_append import Appender

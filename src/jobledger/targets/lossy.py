@@ -11,7 +11,7 @@ rollback hands nothing over). A runner takes it from there:
   consumer group, so any pod with workers on runs it, including items handed over on a
   `JOBS_WORKERS=off` pod (closes G9: the consumer honours the switch).
 
-Either way a handler runs at most once, inside `jobledger.context.job_context` (the
+Either way a handler runs at most once, inside `jobledger.core.context.job_context` (the
 enqueuer's trace, its actor opened `via: system`). Every drop is counted
 (`runner.dropped[reason]`, `Observer.lossy_dropped`) and logged; every run reports a
 `RunRecord` (result `ok` or `dropped`) to `engine.observers`.
@@ -32,16 +32,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobledger import context
+from jobledger.config.settings import Settings
+from jobledger.core import context
+from jobledger.core.ids import new_id
+from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.errors import UnknownTarget
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, NewJob, Stamp
 from jobledger.domain.timeutil import iso, parse_iso
-from jobledger.ids import new_id
-from jobledger.logs import log_run_line
-from jobledger.observe import RunRecord
-from jobledger.settings import Settings
-from jobledger.tasks import cancel_and_wait
+from jobledger.observability.logs import log_run_line
+from jobledger.observability.observe import RunRecord
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine

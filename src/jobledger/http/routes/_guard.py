@@ -11,8 +11,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobledger.context import request_context
-from jobledger.http.auth import Authenticator, Principal
+from jobledger.config.api_keys import Principal
+from jobledger.core.context import request_context
+from jobledger.http.auth import Authenticator
 from jobledger.http.errors import ApiError, ValidationFailed
 from jobledger.http.services import Services
 

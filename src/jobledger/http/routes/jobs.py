@@ -7,8 +7,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 
+from jobledger.config.api_keys import Principal
 from jobledger.domain.jobs import JobStatus
-from jobledger.http.auth import Principal
 from jobledger.http.errors import ValidationFailed
 from jobledger.http.routes._guard import api, int_param, services
 from jobledger.http.serialize import event_json, job_json

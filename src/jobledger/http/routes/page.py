@@ -22,10 +22,11 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from jobledger.context import request_context
+from jobledger.config.api_keys import Principal
+from jobledger.core.context import request_context
 from jobledger.domain.errors import JobledgerError
 from jobledger.domain.jobs import JobStatus
-from jobledger.http.auth import PAGE_COOKIE, Principal, csrf_ok, csrf_token
+from jobledger.http.auth import PAGE_COOKIE, csrf_ok, csrf_token
 from jobledger.http.routes._guard import services, traceparent_of
 from jobledger.http.serialize import event_json, job_json, schedule_json
 from jobledger.storage.port import JobFilter

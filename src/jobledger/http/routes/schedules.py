@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from jobledger.config.api_keys import Principal
 from jobledger.domain.errors import NotFound
-from jobledger.http.auth import Principal
 from jobledger.http.errors import ValidationFailed
 from jobledger.http.routes._guard import api, json_object, services
 from jobledger.http.serialize import schedule_json

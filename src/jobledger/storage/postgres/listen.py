@@ -13,10 +13,10 @@ import logging
 
 import psycopg
 
+from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Lane
 from jobledger.storage.feed import LocalFeed
 from jobledger.storage.port import EVERYTHING, Wake
-from jobledger.tasks import cancel_and_wait
 
 logger = logging.getLogger("jobledger.storage.postgres")
 

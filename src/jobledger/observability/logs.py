@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
 
-from jobledger import context
+from jobledger.config.settings import Settings
+from jobledger.core import context
 from jobledger.domain.timeutil import iso
-from jobledger.observe import Observer, RunRecord
-from jobledger.settings import Settings
+from jobledger.observability.observe import Observer, RunRecord
 
 if TYPE_CHECKING:
-    from jobledger.alerts import AlertHook, AlertObserver
     from jobledger.engine import Engine
-    from jobledger.metrics import MetricsObserver
-    from jobledger.tracing import TracingObserver
+    from jobledger.observability.alerts import AlertHook, AlertObserver
+    from jobledger.observability.metrics import MetricsObserver
+    from jobledger.observability.tracing import TracingObserver
 
 run_logger = logging.getLogger("jobledger.run")
 target_logger = logging.getLogger("jobledger.targets")
@@ -182,7 +182,7 @@ def install_observers(
     Metrics need prometheus_client (the `http` extra) and tracing opentelemetry-api (the
     `otel` extra); a missing package leaves that observer out with a warning.
     """
-    from jobledger.alerts import JOB_DEAD, AlertObserver, LogAlertHook
+    from jobledger.observability.alerts import JOB_DEAD, AlertObserver, LogAlertHook
 
     settings = settings or engine.settings
     logs = RunLogObserver()
@@ -192,14 +192,14 @@ def install_observers(
     metrics: MetricsObserver | None = None
     tracing: TracingObserver | None = None
     try:
-        from jobledger.metrics import MetricsObserver, set_default_registry
+        from jobledger.observability.metrics import MetricsObserver, set_default_registry
 
         metrics = MetricsObserver(metrics_registry)
         set_default_registry(metrics.registry)
     except ImportError:
         logging.getLogger("jobledger").warning("prometheus_client is not installed: no metrics")
     try:
-        from jobledger.tracing import TracingObserver
+        from jobledger.observability.tracing import TracingObserver
 
         tracing = TracingObserver(tracer_provider)
     except ImportError:  # pragma: no cover - tracing imports the api lazily

@@ -17,12 +17,12 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from jobledger.clock import Clock
+from jobledger.core.clock import Clock
 from jobledger.domain.jobs import Job
 from jobledger.domain.timeutil import iso
-from jobledger.observe import Observer, RunRecord
+from jobledger.observability.observe import Observer, RunRecord
 
-logger = logging.getLogger("jobledger.alerts")
+logger = logging.getLogger("jobledger.observability.alerts")
 
 JOB_DEAD = "job_dead"
 TARGET_PAUSED = "target_paused"

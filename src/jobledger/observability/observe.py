@@ -15,7 +15,7 @@ from datetime import datetime
 
 from jobledger.domain.jobs import Job
 
-logger = logging.getLogger("jobledger.observe")
+logger = logging.getLogger("jobledger.observability.observe")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from prometheus_client import (
 )
 
 from jobledger.domain.jobs import Job
-from jobledger.observe import Observer, RunRecord
+from jobledger.observability.observe import Observer, RunRecord
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -4,7 +4,7 @@ Only `opentelemetry-api` is needed at run time (the `otel` extra); without it ev
 function here degrades to a no-op. The application installs an SDK and exporter.
 
 * At enqueue: `traced_enqueue_context()` puts the active span's W3C `traceparent` (and
-  its trace id) into `jobledger.context`, which `Engine.enqueue` stores on the job.
+  its trace id) into `jobledger.core.context`, which `Engine.enqueue` stores on the job.
 * At run: `TracingObserver` records a span `job.run <target>` per run, child of the
   enqueue-time span context, with the job's code, target, attempts and result.
 """
@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from jobledger import context
+from jobledger.core import context
 from jobledger.domain.events import Actor
-from jobledger.observe import Observer, RunRecord
+from jobledger.observability.observe import Observer, RunRecord
 
 try:
     from opentelemetry import trace

@@ -1,6 +1,6 @@
 """Load `Settings` from defaults, an optional TOML file and the environment, and validate it.
 
-Precedence, lowest first: the reference's defaults (`jobledger.settings.Settings`), the
+Precedence, lowest first: the reference's defaults (`jobledger.config.settings.Settings`), the
 config file (`file=` / `--config`, else `JOBLEDGER_CONFIG`), then environment variables
 (`JOBLEDGER_<NAME>`, plus the reference's own names `JOBS_WORKERS`, `KAFKA_TARGET_TOPICS`
 and `QUEUE_REDIS_URL`; when both spellings are set the `JOBLEDGER_` one wins).
@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from jobledger.config.api_keys import parse_api_keys
+from jobledger.config.settings import Settings
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import DeliveryMode
-from jobledger.settings import Settings
 
 CONFIG_ENV = "JOBLEDGER_CONFIG"
 DEFAULT = "default"
@@ -246,14 +247,10 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 
 
 def _check_keys(value: tuple[str, ...]) -> str | None:
-    """The HTTP layer's own parser (`key[:role[:id]]`) decides; checked here at start-up."""
+    """`parse_api_keys` (`key[:role[:id]]`) decides; the HTTP layer serves the same mapping."""
     bad = [k for k in value if not k or any(c.isspace() for c in k)]
     if bad:
         return "an API key must be non-empty and contain no spaces"
-    try:
-        from jobledger.http.auth import parse_api_keys
-    except ImportError:  # the http extra is not installed: nothing serves the keys
-        return None
     try:
         parse_api_keys(value)
     except ConfigError as exc:

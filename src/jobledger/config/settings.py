@@ -1,6 +1,6 @@
 """Tuning numbers with the reference's values as defaults (reference §8).
 
-`jobledger.config` loads them from the environment and a config file and validates
+`jobledger.config.load` loads them from the environment and a config file and validates
 them; the engine itself only reads this dataclass.
 """
 
@@ -37,7 +37,7 @@ class Settings:
     kafka_target_topics: str = ""
     kafka_bootstrap: str | None = None
     pause_alert_s: float = 300.0
-    # --- added with jobledger.config (issue 11 / issue 9) ---
+    # --- added with jobledger.config.load (issue 11 / issue 9) ---
     lossy_redis_url: str | None = None  # lossy targets go through a Redis stream when set
     lossy_queue_size: int = 10_000  # in-process lossy queue bound; Redis stream MAXLEN (approx.)
     kafka_topic_overrides: dict[str, str] = field(default_factory=dict)  # job code → topic
