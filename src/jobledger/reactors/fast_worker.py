@@ -1,0 +1,265 @@
+"""One partition worker of the fast lane: its loop and its rounds (reference
+fast_lane.worker.ts, §5, §9).
+
+`run()` waits for a wake-up (or its timers), then runs rounds until the pass over the
+partition's rows (`fast_pass.PartitionPass`) finds nothing more to send. One round:
+
+* at-most-once: the row's in-flight mark (`jobs.dispatch`) is written lease-guarded
+  before the send. Marks of every partition share commits (`GroupCommitter`), and a
+  round's outcomes ride in the same commit as the partition's next mark. A mark that
+  did not apply (lease lost, row closed by a takeover) means that row is not sent;
+* at-least-once: no mark; the batch is sent and all its outcomes share one commit;
+* the rows of one chain go strictly in order, a chain stops at its first row that
+  did not succeed, and a target paused mid-round sends nothing more in that round.
+
+A pod whose lease ran out (by its own clock, or as the lease guard says) sends nothing
+more from that partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from jobledger.core.registry import Target
+from jobledger.core.tasks import run_each
+from jobledger.domain.jobs import Change, Job, JobStatus, Outcome, RunResult
+from jobledger.domain.lanes import BatchPlan
+from jobledger.reactors.fast_pass import PartitionPass
+from jobledger.reactors.waiting import safety_poll_s, wait_for
+
+if TYPE_CHECKING:
+    from jobledger.reactors.fast_lane import FastLane
+
+logger = logging.getLogger("jobledger.fast_lane")
+
+
+@dataclass(slots=True)
+class _Ran:
+    job: Job
+    target: Target
+    run: RunResult
+    outcome: Outcome
+
+
+class PartitionWorker:
+    """Runs one owned partition. `step()` is one round; `run()` loops over rounds."""
+
+    def __init__(self, lane: FastLane, partition: int, lease_until: datetime) -> None:
+        self.lane = lane
+        self.partition = partition
+        self.lease_until = lease_until
+        self.event = asyncio.Event()
+        self.event.set()  # first pass at once
+        self.stopping = False
+        self.lost = False
+        self.in_round = False
+        self.task: asyncio.Task[None] | None = None
+        self.pass_ = PartitionPass(lane, partition)
+        self._carried: tuple[BatchPlan, Job] | None = None  # next round, its row marked
+        self._unwritten: list[_Ran] = []
+        self._recovering = False
+
+    # --- control ----------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.in_round or self._carried is not None
+
+    def wake(self) -> None:
+        self.event.set()
+
+    def stop(self, *, lost: bool = False) -> None:
+        self.stopping = True
+        self.lost = self.lost or lost
+        self.event.set()
+
+    async def join(self) -> None:
+        if self.task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    # --- the loop ---------------------------------------------------------------------
+    async def run(self) -> None:
+        lane = self.lane
+        while True:
+            if self.lost or (self.stopping and self._carried is None):
+                return
+            if not self.stopping:
+                await wait_for(self.event, lane.clock, self._idle_timeout())
+                self.event.clear()
+            try:
+                if self._recovering:
+                    await self._recover()
+                sent = 0
+                while (n := await self.step()) is not None:
+                    sent += n
+                    if self.stopping and self._carried is None:
+                        break
+                if sent:
+                    self.event.set()  # a pass that ran rows is followed by another
+            except Exception:
+                logger.exception("partition %d: round failed; backing off", self.partition)
+                self.pass_.finish()
+                self._carried = None
+                self._recovering = True
+                await lane.clock.sleep(1.0)
+                self.event.set()
+
+    async def _recover(self) -> None:
+        """After a round failed (a dropped connection, a restarting database): write the
+        outcomes it had decided — their compare-and-set makes the retry safe — then judge
+        any row of this partition still marked in flight, as a takeover would. Without
+        this a mark whose outcome write failed would hold its key until the lease moved."""
+        ran = self._unwritten
+        if ran:
+            flags = await self.lane.store.apply([item.outcome.change for item in ran])
+            self._unwritten = []
+            for item, ok in zip(ran, flags, strict=True):
+                self.lane.outcomes.finish(item.job, item.run, item.outcome, ok)
+        await self.lane.take_over(self.partition)
+        self._recovering = False
+
+    def _idle_timeout(self) -> float:
+        now = self.lane.clock.now()
+        waits = [safety_poll_s(self.lane.settings.safety_poll_s)]
+        if self.pass_.wake_at is not None:
+            waits.append((self.pass_.wake_at - now).total_seconds())
+        probe = self.lane.pauses.next_probe(self.pass_.paused_seen)
+        if probe is not None:
+            waits.append((probe - now).total_seconds())
+        return max(min(waits), 0.0)
+
+    async def step(self) -> int | None:
+        """One round: the rows it sent, or None once the pass found nothing to run."""
+        if self.lost or (self.stopping and self._carried is None):
+            return None
+        if self.lane.clock.now() >= self.lease_until:
+            self.lost = True  # by our own clock the lease is gone: send nothing more
+            self.stopping = True
+            logger.warning("partition %d: lease expired on %s", self.partition, self.lane.pod)
+            return None
+        if self._carried is not None:
+            carried, marked = self._carried
+            self._carried = None
+            return await self._round(carried, marked)
+        plan = await self.pass_.next_plan()
+        if plan is None:
+            return None
+        return await self._round(plan, None)
+
+    # --- one round --------------------------------------------------------------------
+    async def _round(self, plan: BatchPlan, marked: Job | None) -> int:
+        lane = self.lane
+        self.in_round = True
+        try:
+            for target in plan.probes:
+                lane.pauses.take_probe(target)
+            risky = plan.risky
+            if risky is not None and marked is None:
+                change = lane.mark(risky)
+                (ok,) = await lane.committer.commit([change], [True])
+                marked = await self._marked(risky, change, ok)
+            if self.lost:
+                return 0
+            probes = {j.id for j in self._probe_rows(plan)}
+            coros = [self._chain(chain, probes) for chain in plan.chains]
+            if marked is not None:
+                coros.append(self._chain((marked,), probes))
+            # one task per chain: a handler's timeouts (asyncio.timeout in aiokafka) must
+            # cancel its own task, never the partition loop
+            ran = [r for results in await run_each(coros) for r in results]
+            sent = len(ran)
+            lane.stats.round(sent)
+            await self._write(ran)
+            return sent
+        finally:
+            self.in_round = False
+
+    def _probe_rows(self, plan: BatchPlan) -> list[Job]:
+        rows = [c[0] for c in plan.chains if c[0].target in plan.probes]
+        if plan.risky is not None and plan.risky.target in plan.probes:
+            rows.append(plan.risky)
+        return rows
+
+    async def _marked(self, risky: Job, change: Change, ok: bool) -> Job | None:
+        """The marked row, or None when the mark was refused (and why)."""
+        if ok:
+            row = change.row
+            assert isinstance(row, Job)
+            self.pass_.replace(risky, row)
+            return row
+        self.lane.stats.marks_refused += 1
+        current = await self.lane.store.get_job(risky.id)
+        if current is not None and current.stream_version == risky.stream_version:
+            # the row is as we read it, so the lease guard refused: the partition is gone
+            logger.warning(
+                "partition %d: lease lost on %s (mark refused)", self.partition, self.lane.pod
+            )
+            self.lost = True
+            self.stopping = True
+        else:
+            self.pass_.drop(risky)  # closed or changed by someone else: never send it
+            if current is not None and current.status == JobStatus.PENDING:
+                self.pass_.requeue(current)
+        return None
+
+    async def _chain(self, chain: tuple[Job, ...], probes: set[str]) -> list[_Ran]:
+        lane = self.lane
+        out: list[_Ran] = []
+        for job in chain:
+            if self.lost:
+                break
+            if lane.pauses.is_paused(job.target) and job.id not in probes:
+                break  # the target was paused in this round: skip the rest of its batch
+            target = lane.engine.targets.find(job.target)
+            if target is None:
+                break
+            run = await lane.outcomes.run(target, job)
+            outcome = lane.outcomes.judge(target, job, run)
+            out.append(_Ran(job, target, run, outcome))
+            if outcome.label != "ok":
+                break  # a failed row stops the later versions of its key
+        return out
+
+    async def _write(self, ran: list[_Ran]) -> None:
+        """Outcomes of the round, plus the partition's next mark, in one commit."""
+        lane = self.lane
+        replaced: dict[str, Job] = {}
+        dropped: set[str] = set()
+        for item in ran:
+            row = item.outcome.change.row
+            if isinstance(row, Job) and row.status == JobStatus.PENDING:
+                replaced[item.job.id] = row
+            else:
+                dropped.add(item.job.id)
+        self.pass_.update(replaced, dropped)
+        changes = [item.outcome.change for item in ran]
+        guarded = [False] * len(changes)
+        next_plan: BatchPlan | None = None
+        mark: Change | None = None
+        if not self.stopping and not self.lost and self.pass_.buffer:
+            next_plan = self.pass_.plan()
+            if next_plan.risky is not None:
+                mark = lane.mark(next_plan.risky)
+                changes.append(mark)
+                guarded.append(True)
+        try:
+            flags = await lane.committer.commit(changes, guarded) if changes else []
+        except Exception:
+            self._unwritten = ran  # decided but not written: _recover writes them
+            raise
+        lost: set[str] = set()
+        for item, ok in zip(ran, flags, strict=False):
+            lane.outcomes.finish(item.job, item.run, item.outcome, ok)
+            if not ok:
+                lost.add(item.job.id)
+        if lost:
+            self.pass_.update({}, lost)
+        if mark is not None and next_plan is not None and next_plan.risky is not None:
+            marked = await self._marked(next_plan.risky, mark, flags[-1])
+            if marked is not None:
+                self._carried = (next_plan, marked)
