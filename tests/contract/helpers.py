@@ -15,6 +15,7 @@ from jobledger.domain import jobs, schedules
 from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedule_spec import ScheduleSpec
 from jobledger.engine import Engine
 from jobledger.storage.port import Store, Wake
 
@@ -102,7 +103,7 @@ def _policy() -> jobs.OutcomePolicy:
 
 def declared_schedule(code: str, at: datetime) -> Change:
     """A schedule stream's first event and row, from the domain's schedule commands."""
-    spec = schedules.ScheduleSpec(code, "*/5 * * * *", "UTC", MissedSlotPolicy.SKIP, 3)
+    spec = ScheduleSpec(code, "*/5 * * * *", "UTC", MissedSlotPolicy.SKIP, 3)
     return schedules.declared(spec, Stamp(at))
 
 

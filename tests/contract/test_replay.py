@@ -103,6 +103,7 @@ async def test_replay_of_an_empty_store_is_clean(store: Store) -> None:
 async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
     """Three schedules with declare, disable, override and a tick that enqueues a slot."""
     from jobledger.domain import schedules as sd
+    from jobledger.domain.schedule_spec import make_spec
 
     def stamp() -> Stamp:
         return Stamp(clock.now(), SYSTEM, "trace-schedules")
@@ -113,7 +114,7 @@ async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
         ("every5", "*/5 * * * *"),
         ("hourly", "0 * * * *"),
     ):
-        spec = sd.make_spec(
+        spec = make_spec(
             code,
             cron,
             timezone="UTC",

@@ -13,6 +13,7 @@ from jobledger.domain.errors import InvalidArgument, InvalidCron
 from jobledger.domain.events import Actor, EventType, verify_chain
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Stamp
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
 
 T0 = datetime(2026, 3, 2, 9, 0, 10, tzinfo=UTC)
 GRACE = timedelta(seconds=60)
@@ -24,7 +25,7 @@ def at(delta: timedelta = timedelta(0), actor: Actor | None = None) -> Stamp:
     return Stamp(T0 + delta, actor, "trace")
 
 
-def spec(cron: str = "0 * * * *", **kw: object) -> sched.ScheduleSpec:
+def spec(cron: str = "0 * * * *", **kw: object) -> ScheduleSpec:
     args: dict[str, object] = {
         "timezone": "UTC",
         "missed_slot_policy": None,
@@ -33,7 +34,7 @@ def spec(cron: str = "0 * * * *", **kw: object) -> sched.ScheduleSpec:
         "skip_max_interval": FIVE_MIN,
     }
     args.update(kw)
-    return sched.make_spec("report", cron, **args)  # type: ignore[arg-type]
+    return make_spec("report", cron, **args)  # type: ignore[arg-type]
 
 
 class History:
@@ -97,7 +98,7 @@ def test_bad_declarations(kw: dict[str, object], error: type[Exception]) -> None
 
 def test_bad_code_and_bad_cron() -> None:
     with pytest.raises(InvalidArgument):
-        sched.make_spec(
+        make_spec(
             "a:b",
             "* * * * *",
             timezone="UTC",

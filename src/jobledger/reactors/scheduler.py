@@ -37,6 +37,7 @@ from jobledger.domain.errors import (
 from jobledger.domain.events import SYSTEM, Actor
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, Stamp
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
+from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
 from jobledger.domain.timeutil import at_ms
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.port import JobFilter
@@ -68,11 +69,11 @@ SlotHandler = Callable[[SlotRun], Awaitable[object]]
 
 @dataclass(frozen=True, slots=True)
 class Declaration:
-    spec: sched.ScheduleSpec
+    spec: ScheduleSpec
     handler: SlotHandler
 
 
-def _boot(spec: sched.ScheduleSpec) -> Callable[[Schedule | None, Stamp], Change | None]:
+def _boot(spec: ScheduleSpec) -> Callable[[Schedule | None, Stamp], Change | None]:
     def build(row: Schedule | None, stamp: Stamp) -> Change | None:
         return sched.declared(spec, stamp) if row is None else sched.synced(row, spec, stamp)
 
@@ -99,7 +100,7 @@ class Scheduler:
     def grace(self) -> timedelta:
         return timedelta(seconds=self.settings.schedule_grace_s)
 
-    def declared(self) -> list[sched.ScheduleSpec]:
+    def declared(self) -> list[ScheduleSpec]:
         return [self._declared[c].spec for c in sorted(self._declared)]
 
     def declare(
@@ -112,7 +113,7 @@ class Scheduler:
         runs_per_slot: int | None = None,
         retry_count: int | None = None,
         timezone: str | None = None,
-    ) -> sched.ScheduleSpec:
+    ) -> ScheduleSpec:
         """Declare a schedule at start-up (before `sync`).
 
         `runs_per_slot` is the TOTAL number of runs one slot gets (default 3 = the
@@ -134,7 +135,7 @@ class Scheduler:
                     f" retry_count={retry_count} disagree"
                 )
         runs = runs_per_slot if runs_per_slot is not None else retry_count
-        spec = sched.make_spec(
+        spec = make_spec(
             code,
             cron,
             timezone=timezone or self.settings.default_timezone,
