@@ -102,6 +102,7 @@ async def test_replay_of_an_empty_store_is_clean(store: Store) -> None:
 
 async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
     """Three schedules with declare, disable, override and a tick that enqueues a slot."""
+    from jobledger.domain import schedule_tick
     from jobledger.domain import schedules as sd
     from jobledger.domain.schedule_spec import make_spec
 
@@ -133,7 +134,7 @@ async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
     due = rows["every5"].next_run_at
     assert due is not None
     clock.set(due)
-    plan = sd.plan_tick(
+    plan = schedule_tick.plan_tick(
         rows["every5"],
         clock.now(),
         grace=timedelta(seconds=60),

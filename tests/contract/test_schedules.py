@@ -341,6 +341,7 @@ class Interleaved:
 async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     store: Store, clock: FakeClock
 ) -> None:
+    from jobledger.domain import schedule_tick
     from jobledger.domain import schedules as sched
     from jobledger.domain.jobs import Stamp
 
@@ -353,7 +354,7 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     async def slot_record() -> Any:  # another pod records an older slot's run meanwhile
         row = await store.get_schedule("report")
         assert row is not None
-        old = sched.slot_job(
+        old = schedule_tick.slot_job(
             "report", utc(2026, 3, 2, 8, 0), job_id="old", partitions=64, stamp=Stamp(clock.now())
         )
         return sched.slot_ran(row, old.row, Stamp(clock.now()))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from jobledger.domain import schedule_tick
 from jobledger.domain import schedules as sched
 from jobledger.domain.errors import InvalidArgument, InvalidCron
 from jobledger.domain.events import Actor, EventType, verify_chain
@@ -60,8 +61,8 @@ def declared(cron: str = "0 * * * *", **kw: object) -> History:
     return History(sched.declared(spec(cron, **kw), at()))
 
 
-def plan(row: Schedule, delta: timedelta) -> sched.TickPlan | None:
-    return sched.plan_tick(
+def plan(row: Schedule, delta: timedelta) -> schedule_tick.TickPlan | None:
+    return schedule_tick.plan_tick(
         row,
         T0 + delta,
         grace=GRACE,
@@ -249,7 +250,7 @@ def test_a_month_of_downtime_counts_up_to_the_cap_and_finds_the_newest() -> None
     h = declared("* * * * *", missed_slot_policy="run_once")
     p = plan(h.row, timedelta(days=31, seconds=5))
     assert p is not None and p.missed is not None and p.job is not None
-    assert not p.missed.exact and p.missed.count == sched.MAX_COUNTED_SLOTS
+    assert not p.missed.exact and p.missed.count == schedule_tick.MAX_COUNTED_SLOTS
     assert p.slot == datetime(2026, 4, 2, 9, 0, tzinfo=UTC)
     assert p.schedule.row.next_run_at == datetime(2026, 4, 2, 9, 1, tzinfo=UTC)
 
@@ -258,7 +259,7 @@ def test_a_month_of_downtime_counts_up_to_the_cap_and_finds_the_newest() -> None
 
 
 def slot_job(row: Schedule, slot: datetime, created: datetime, attempts: int = 0) -> Job:
-    change = sched.slot_job(
+    change = schedule_tick.slot_job(
         row.code, slot, job_id="j1", partitions=64, stamp=Stamp(created, None, None)
     )
     job: Job = change.row

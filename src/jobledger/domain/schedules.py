@@ -30,22 +30,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobledger.domain import cron as cronlib
-from jobledger.domain import jobs
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.events import GENESIS_HASH, Event, EventType, new_event
-from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
-from jobledger.domain.policies import partition_of
+from jobledger.domain.jobs import Change, Job, Stamp
 from jobledger.domain.schedule_row import (
     MissedSlotPolicy,
     Schedule,
     schedule_stream,
-    schedule_target,
 )
 from jobledger.domain.schedule_spec import CODE_OWNED, ScheduleSpec
 from jobledger.domain.timeutil import at_ms, iso, parse_iso
-
-#: counting due slots stops here after a long downtime; the newest is still found
-MAX_COUNTED_SLOTS = 10_000
 
 # --- folding events into the row -------------------------------------------------------
 
@@ -137,9 +131,11 @@ def fold_schedule(events: list[Event]) -> Schedule | None:
     return row
 
 
-def _change(
+def schedule_change(
     row: Schedule | None, stream: str, stamp: Stamp, *items: tuple[str, Mapping[str, Any]]
 ) -> Change:
+    """The events `items` (type, data) appended to the schedule stream after `row`, folded:
+    every schedule command (here, in `schedule_tick` and in `schedule_slot_run`) ends here."""
     version = row.stream_version if row else 0
     prev = row.last_hash if row else GENESIS_HASH
     expected = version
@@ -163,7 +159,8 @@ def _change(
     return Change(stream, expected, tuple(events), current)
 
 
-def _next_iso(cron: str, tz: str, after: datetime) -> str | None:
+def next_run_iso(cron: str, tz: str, after: datetime) -> str | None:
+    """The cron's next slot after `after` as an event's next_run_at (None: never again)."""
     slot = cronlib.next_slot(cron, tz, after)
     return iso(slot) if slot is not None else None
 
@@ -180,9 +177,11 @@ def declared(spec: ScheduleSpec, stamp: Stamp) -> Change:
         "missed_slot_policy": spec.missed_slot_policy.value,
         "runs_per_slot": spec.runs_per_slot,
         "enabled": True,
-        "next_run_at": _next_iso(spec.cron, spec.timezone, stamp.at),
+        "next_run_at": next_run_iso(spec.cron, spec.timezone, stamp.at),
     }
-    return _change(None, schedule_stream(spec.code), stamp, (EventType.SCHEDULE_DECLARED, data))
+    return schedule_change(
+        None, schedule_stream(spec.code), stamp, (EventType.SCHEDULE_DECLARED, data)
+    )
 
 
 def synced(row: Schedule, spec: ScheduleSpec, stamp: Stamp) -> Change | None:
@@ -212,8 +211,8 @@ def synced(row: Schedule, spec: ScheduleSpec, stamp: Stamp) -> Change | None:
     }
     new_effective = row.cron_override or spec.cron
     if new_effective != row.effective_cron or spec.timezone != row.timezone:
-        data["next_run_at"] = _next_iso(new_effective, spec.timezone, stamp.at)
-    return _change(row, row.stream, stamp, (EventType.SCHEDULE_SYNCED, data))
+        data["next_run_at"] = next_run_iso(new_effective, spec.timezone, stamp.at)
+    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_SYNCED, data))
 
 
 # --- admin commands --------------------------------------------------------------------
@@ -224,14 +223,14 @@ def enabled(row: Schedule, stamp: Stamp) -> Change | None:
     disabled are dropped. Already enabled: nothing to write (None)."""
     if row.enabled:
         return None
-    data = {"next_run_at": _next_iso(row.effective_cron, row.timezone, stamp.at)}
-    return _change(row, row.stream, stamp, (EventType.SCHEDULE_ENABLED, data))
+    data = {"next_run_at": next_run_iso(row.effective_cron, row.timezone, stamp.at)}
+    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_ENABLED, data))
 
 
 def disabled(row: Schedule, stamp: Stamp) -> Change | None:
     if not row.enabled:
         return None
-    return _change(row, row.stream, stamp, (EventType.SCHEDULE_DISABLED, {}))
+    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_DISABLED, {}))
 
 
 def override_set(row: Schedule, cron: str, stamp: Stamp) -> Change:
@@ -240,9 +239,9 @@ def override_set(row: Schedule, cron: str, stamp: Stamp) -> Change:
     data = {
         "cron_override": text,
         "previous": row.cron_override,
-        "next_run_at": _next_iso(text, row.timezone, stamp.at),
+        "next_run_at": next_run_iso(text, row.timezone, stamp.at),
     }
-    return _change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_SET, data))
+    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_SET, data))
 
 
 def override_cleared(row: Schedule, stamp: Stamp) -> Change | None:
@@ -251,160 +250,9 @@ def override_cleared(row: Schedule, stamp: Stamp) -> Change | None:
         return None
     data = {
         "previous": row.cron_override,
-        "next_run_at": _next_iso(row.cron, row.timezone, stamp.at),
+        "next_run_at": next_run_iso(row.cron, row.timezone, stamp.at),
     }
-    return _change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_CLEARED, data))
-
-
-# --- the tick --------------------------------------------------------------------------
-
-
-def slot_dedupe_key(code: str, slot: datetime) -> str:
-    """`<code>:<slot ISO>`: one job per slot, whichever pod ticks it."""
-    return f"{code}:{iso(slot)}"
-
-
-def slot_job(code: str, slot: datetime, *, job_id: str, partitions: int, stamp: Stamp) -> Change:
-    """The slot's long-lane job: target `schedule:<code>`, payload {"slot": iso}."""
-    dedupe = slot_dedupe_key(code, slot)
-    spec = NewJob(
-        target=schedule_target(code), payload={"slot": iso(slot)}, code=code, dedupe_key=dedupe
-    )
-    return jobs.enqueued(
-        job_id=job_id,
-        spec=spec,
-        code=code,
-        lane=Lane.LONG,
-        partition=partition_of(None, dedupe, partitions),
-        dedupe_key=dedupe,
-        stamp=stamp,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class DueSlots:
-    count: int  # due slots found (MAX_COUNTED_SLOTS when not exact)
-    exact: bool
-    first: datetime
-    newest: datetime
-
-
-def due_slots(row: Schedule, now: datetime) -> DueSlots | None:
-    """The slots from next_run_at up to now, or None when the schedule is not due."""
-    now = at_ms(now)
-    first = row.next_run_at
-    if not row.enabled or first is None or first > now:
-        return None
-    cron, tz = row.effective_cron, row.timezone
-    later = cronlib.slots_between(cron, tz, first, now, limit=MAX_COUNTED_SLOTS - 1)
-    if len(later) < MAX_COUNTED_SLOTS - 1:
-        return DueSlots(1 + len(later), True, first, later[-1] if later else first)
-    newest = cronlib.latest_slot(cron, tz, now, floor=first) or later[-1]
-    return DueSlots(MAX_COUNTED_SLOTS, False, first, newest)
-
-
-@dataclass(frozen=True, slots=True)
-class TickPlan:
-    """What one tick does to one due schedule, to apply in ONE `store.apply` call."""
-
-    schedule: Change
-    job: Change | None  # the newest slot's job, or None (policy skip + late)
-    slot: datetime  # the newest due slot
-    missed: DueSlots | None  # set when several slots were due or the slot was late
-    reason: str | None  # the missed reason code
-    detail: str | None
-
-    @property
-    def changes(self) -> list[Change]:
-        return [self.schedule] if self.job is None else [self.schedule, self.job]
-
-
-def plan_tick(
-    row: Schedule,
-    now: datetime,
-    *,
-    grace: timedelta,
-    stamp: Stamp,
-    job_id: str,
-    partitions: int,
-) -> TickPlan | None:
-    """Reference §5/§6 "Schedule tick": None when the schedule is not due.
-
-    Several due slots, or one slot later than `grace` → ScheduleSlotsMissed with the
-    count and reason. Policy skip with the newest slot late → enqueue nothing and record
-    ScheduleSlotSkipped (closes G8: last_skipped_at is kept). Otherwise only the newest
-    slot is enqueued. Either way next_run_at moves past now.
-    """
-    now = at_ms(now)
-    due = due_slots(row, now)
-    if due is None:
-        return None
-    late_by = now - due.newest
-    late = late_by > grace
-    next_run = _next_iso(row.effective_cron, row.timezone, now)
-    items: list[tuple[str, Mapping[str, Any]]] = []
-    reason = detail = None
-    if due.count > 1 or late:
-        if due.count > 1:
-            reason = "missed"
-            more = "" if due.exact else " or more"
-            detail = (
-                f"{due.count}{more} slots due from {iso(due.first)} to {iso(due.newest)}"
-                " and no pod ticked them in time (pods down or workers off)"
-            )
-        else:
-            reason = "late"
-            detail = (
-                f"slot {iso(due.newest)} ticked {late_by.total_seconds():.0f} s after it,"
-                f" past the {grace.total_seconds():.0f} s grace (pods down or workers off)"
-            )
-        skip = late and row.missed_slot_policy == MissedSlotPolicy.SKIP
-        items.append(
-            (
-                EventType.SCHEDULE_SLOTS_MISSED,
-                {
-                    "count": due.count,
-                    "count_exact": due.exact,
-                    "first_slot": iso(due.first),
-                    "newest_slot": iso(due.newest),
-                    "late_s": round(late_by.total_seconds(), 3),
-                    "reason": reason,
-                    "detail": detail,
-                    "policy": row.missed_slot_policy.value,
-                    "action": "skip" if skip else "enqueue_newest",
-                },
-            )
-        )
-        if skip:
-            items.append(
-                (
-                    EventType.SCHEDULE_SLOT_SKIPPED,
-                    {
-                        "slot": iso(due.newest),
-                        "stage": "tick",
-                        "reason": reason,
-                        "detail": f"late: {detail}",
-                        "next_run_at": next_run,
-                    },
-                )
-            )
-            change = _change(row, row.stream, stamp, *items)
-            return TickPlan(change, None, due.newest, due, reason, detail)
-    job = slot_job(row.code, due.newest, job_id=job_id, partitions=partitions, stamp=stamp)
-    items.append(
-        (
-            EventType.SCHEDULE_SLOT_ENQUEUED,
-            {
-                "slot": iso(due.newest),
-                "job_id": job_id,
-                "dedupe_key": slot_dedupe_key(row.code, due.newest),
-                "next_run_at": next_run,
-            },
-        )
-    )
-    change = _change(row, row.stream, stamp, *items)
-    missed = due if reason is not None else None
-    return TickPlan(change, job, due.newest, missed, reason, detail)
+    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_CLEARED, data))
 
 
 # --- the slot run ----------------------------------------------------------------------
@@ -495,7 +343,7 @@ def decide_slot_run(
 def slot_ran(row: Schedule, job: Job, stamp: Stamp) -> Change:
     """The slot's handler returned: last_run_at = max(last_run_at, slot)."""
     data = {"slot": iso(slot_of(job)), "job_id": job.id, "attempts": job.attempts}
-    return _change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_RAN, data))
+    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_RAN, data))
 
 
 def slot_skipped(row: Schedule, job: Job, verdict: SlotVerdict, stamp: Stamp) -> Change:
@@ -507,4 +355,4 @@ def slot_skipped(row: Schedule, job: Job, verdict: SlotVerdict, stamp: Stamp) ->
         "reason": verdict.reason,
         "detail": verdict.skip_text,
     }
-    return _change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_SKIPPED, data))
+    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_SKIPPED, data))

@@ -26,6 +26,7 @@ from jobledger.core import context
 from jobledger.core.clock import Clock
 from jobledger.core.ids import new_id
 from jobledger.core.tasks import cancel_and_wait
+from jobledger.domain import schedule_tick
 from jobledger.domain import schedules as sched
 from jobledger.domain.errors import (
     DuplicateSchedule,
@@ -172,13 +173,13 @@ class Scheduler:
 
     # --- the tick ---------------------------------------------------------------------
 
-    async def tick(self) -> list[sched.TickPlan]:
+    async def tick(self) -> list[schedule_tick.TickPlan]:
         """One tick: enqueue the due slot of every enabled, due, declared schedule.
 
         Returns the plans this pod wrote (another pod may have written the others).
         """
         now = self.clock.now()
-        applied: list[sched.TickPlan] = []
+        applied: list[schedule_tick.TickPlan] = []
         earliest: datetime | None = None
         for row in await self.store.list_schedules():
             if row.code not in self._declared:
@@ -193,7 +194,7 @@ class Scheduler:
 
     async def _tick_one(
         self, row: Schedule, now: datetime
-    ) -> tuple[sched.TickPlan | None, Schedule]:
+    ) -> tuple[schedule_tick.TickPlan | None, Schedule]:
         written: tuple[datetime, str] | None = None  # (slot, job id) written on a lost race
         for _ in range(CAS_RETRIES):
             plan = self._plan(row, now, written[1] if written else None)
@@ -223,8 +224,10 @@ class Scheduler:
         logger.warning("schedule %s: tick gave up after %d lost races", row.code, CAS_RETRIES)
         return None, row
 
-    def _plan(self, row: Schedule, now: datetime, job_id: str | None) -> sched.TickPlan | None:
-        return sched.plan_tick(
+    def _plan(
+        self, row: Schedule, now: datetime, job_id: str | None
+    ) -> schedule_tick.TickPlan | None:
+        return schedule_tick.plan_tick(
             row,
             now,
             grace=self.grace,
@@ -233,7 +236,7 @@ class Scheduler:
             partitions=self.settings.partitions,
         )
 
-    def _report(self, plan: sched.TickPlan, *, job_written: bool) -> None:
+    def _report(self, plan: schedule_tick.TickPlan, *, job_written: bool) -> None:
         code = plan.schedule.stream.removeprefix("schedule:")
         if plan.missed is not None and plan.reason is not None:
             logger.warning(
