@@ -341,8 +341,7 @@ class Interleaved:
 async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     store: Store, clock: FakeClock
 ) -> None:
-    from jobledger.domain import schedule_tick
-    from jobledger.domain import schedules as sched
+    from jobledger.domain import schedule_slot_run, schedule_tick
     from jobledger.domain.jobs import Stamp
 
     racing = Interleaved(store)
@@ -357,7 +356,7 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
         old = schedule_tick.slot_job(
             "report", utc(2026, 3, 2, 8, 0), job_id="old", partitions=64, stamp=Stamp(clock.now())
         )
-        return sched.slot_ran(row, old.row, Stamp(clock.now()))
+        return schedule_slot_run.slot_ran(row, old.row, Stamp(clock.now()))
 
     racing.before_first = slot_record
     (plan,) = await scheduler.tick()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobledger.domain import schedule_tick
+from jobledger.domain import schedule_slot_run, schedule_tick
 from jobledger.domain import schedules as sched
 from jobledger.domain.errors import InvalidArgument, InvalidCron
 from jobledger.domain.events import Actor, EventType, verify_chain
@@ -269,8 +269,10 @@ def slot_job(row: Schedule, slot: datetime, created: datetime, attempts: int = 0
 SLOT = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 
 
-def decide(row: Schedule, job: Job, now: datetime, newer: bool = False) -> sched.SlotVerdict:
-    return sched.decide_slot_run(
+def decide(
+    row: Schedule, job: Job, now: datetime, newer: bool = False
+) -> schedule_slot_run.SlotVerdict:
+    return schedule_slot_run.decide_slot_run(
         row, row.missed_slot_policy, job, now, grace=GRACE, newer_pending=newer
     )
 
@@ -304,8 +306,10 @@ def test_run_once_late_runs_unless_a_newer_slot_is_pending() -> None:
     row = declared("0 * * * *").row
     job = slot_job(row, SLOT, SLOT)
     late = SLOT + timedelta(minutes=10)
-    assert sched.needs_newer_slot_check(row.missed_slot_policy, job, late, grace=GRACE)
-    assert not sched.needs_newer_slot_check(row.missed_slot_policy, job, SLOT, grace=GRACE)
+    assert schedule_slot_run.needs_newer_slot_check(row.missed_slot_policy, job, late, grace=GRACE)
+    assert not schedule_slot_run.needs_newer_slot_check(
+        row.missed_slot_policy, job, SLOT, grace=GRACE
+    )
     assert decide(row, job, late, newer=False).run
     v = decide(row, job, late, newer=True)
     assert (v.run, v.reason) == (False, "newer_slot_pending")
@@ -316,12 +320,12 @@ def test_slot_records_keep_the_maximum() -> None:
     row = h.row
     stamp = at(timedelta(hours=2))
     later, earlier = slot_job(row, SLOT + timedelta(hours=1), SLOT), slot_job(row, SLOT, SLOT)
-    row = h.add(sched.slot_ran(row, later, stamp))
-    row = h.add(sched.slot_ran(row, earlier, stamp))
+    row = h.add(schedule_slot_run.slot_ran(row, later, stamp))
+    row = h.add(schedule_slot_run.slot_ran(row, earlier, stamp))
     assert row.last_run_at == SLOT + timedelta(hours=1)
     assert row.last_finished_at == stamp.at
-    verdict = sched.SlotVerdict(False, "not_started", "slow")
-    row = h.add(sched.slot_skipped(row, earlier, verdict, stamp))
+    verdict = schedule_slot_run.SlotVerdict(False, "not_started", "slow")
+    row = h.add(schedule_slot_run.slot_skipped(row, earlier, verdict, stamp))
     assert row.last_skipped_at == SLOT
     assert h.events[-1].data["reason"] == "not_started"
     h.check_replay()

@@ -1,9 +1,12 @@
-"""Schedules: events, the row they fold into, tick and slot-run decisions — pure.
+"""Schedules: events, the row they fold into, boot sync and admin commands — pure.
 
 Every change of a schedule is a `Change` on stream `schedule:<code>`; the store applies
 it only if the stream is still at the version the change was computed from, which is
 the reference's "next_run_at advance guarded on its old value" (§9). `apply_schedule`
 folds one event into the row; the commands below and `jobledger replay` both use it.
+The tick lives in `schedule_tick.py`, the slot run's verdict in `schedule_slot_run.py`,
+the declaration's validation in `schedule_spec.py`; all three append to the stream with
+`schedule_change`.
 
 Schedule row states (reference §6)::
 
@@ -25,21 +28,20 @@ boot sync); admins own enabled and cron_override; the engine owns the rest.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from jobledger.domain import cron as cronlib
-from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.events import GENESIS_HASH, Event, EventType, new_event
-from jobledger.domain.jobs import Change, Job, Stamp
+from jobledger.domain.jobs import Change, Stamp
 from jobledger.domain.schedule_row import (
     MissedSlotPolicy,
     Schedule,
     schedule_stream,
 )
 from jobledger.domain.schedule_spec import CODE_OWNED, ScheduleSpec
-from jobledger.domain.timeutil import at_ms, iso, parse_iso
+from jobledger.domain.timeutil import iso, parse_iso
 
 # --- folding events into the row -------------------------------------------------------
 
@@ -253,106 +255,3 @@ def override_cleared(row: Schedule, stamp: Stamp) -> Change | None:
         "next_run_at": next_run_iso(row.cron, row.timezone, stamp.at),
     }
     return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_CLEARED, data))
-
-
-# --- the slot run ----------------------------------------------------------------------
-
-
-def slot_of(job: Job) -> datetime:
-    payload = job.payload
-    if not isinstance(payload, Mapping) or not isinstance(payload.get("slot"), str):
-        raise InvalidArgument(f"job {job.id} is not a schedule slot (payload has no slot)")
-    return parse_iso(payload["slot"])
-
-
-@dataclass(frozen=True, slots=True)
-class SlotVerdict:
-    run: bool
-    reason: str | None = (
-        None  # reason code when skipped: late_enqueued | previous_slot_running | not_started
-    )
-    detail: str | None = None
-
-    @property
-    def skip_text(self) -> str:
-        return f"late: {self.detail}" if self.detail else "late"
-
-
-def late_reason(
-    row: Schedule | None, job: Job, slot: datetime, now: datetime, grace: timedelta
-) -> tuple[str, str]:
-    """Why a slot's first run starts late, as far as the data tells (closes G8)."""
-    deadline = slot + grace
-    late_s = (now - slot).total_seconds()
-    if job.created_at > deadline:
-        after = (job.created_at - slot).total_seconds()
-        return "late_enqueued", (
-            f"slot {iso(slot)} was enqueued {after:.0f} s after it: no pod ticked in time"
-            " (pods down or workers off)"
-        )
-    finished = row.last_finished_at if row else None
-    if finished is not None and finished > deadline:
-        ran_for = (finished - slot).total_seconds()
-        return "previous_slot_running", (
-            f"slot {iso(slot)} starts {late_s:.0f} s late: the previous slot ran until"
-            f" {iso(finished)} ({ran_for:.0f} s after this slot)"
-        )
-    return "not_started", (
-        f"slot {iso(slot)} starts {late_s:.0f} s late: no long-lane worker took it in time"
-        " (pods down, workers off or the long lane busy)"
-    )
-
-
-def needs_newer_slot_check(
-    policy: MissedSlotPolicy, job: Job, now: datetime, *, grace: timedelta
-) -> bool:
-    """Whether `decide_slot_run` needs to know if a newer PENDING slot exists (only a
-    late first run under run_once does), so the adapter reads the queue only then."""
-    return (
-        policy == MissedSlotPolicy.RUN_ONCE
-        and job.attempts == 0
-        and at_ms(now) - slot_of(job) > grace
-    )
-
-
-def decide_slot_run(
-    row: Schedule | None,
-    policy: MissedSlotPolicy,
-    job: Job,
-    now: datetime,
-    *,
-    grace: timedelta,
-    newer_pending: bool,
-) -> SlotVerdict:
-    """Reference §5: a slot whose FIRST run starts more than `grace` after the slot.
-
-    skip → skipped; run_once → skipped only when a newer PENDING slot of the code
-    exists, otherwise run. Retries inside a slot (attempts > 0) always run.
-    """
-    slot = slot_of(job)
-    if job.attempts > 0 or at_ms(now) - slot <= grace:
-        return SlotVerdict(True)
-    reason, detail = late_reason(row, job, slot, at_ms(now), grace)
-    if policy == MissedSlotPolicy.SKIP:
-        return SlotVerdict(False, reason, detail)
-    if newer_pending:
-        return SlotVerdict(False, "newer_slot_pending", f"{detail}; a newer slot is pending")
-    return SlotVerdict(True)
-
-
-def slot_ran(row: Schedule, job: Job, stamp: Stamp) -> Change:
-    """The slot's handler returned: last_run_at = max(last_run_at, slot)."""
-    data = {"slot": iso(slot_of(job)), "job_id": job.id, "attempts": job.attempts}
-    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_RAN, data))
-
-
-def slot_skipped(row: Schedule, job: Job, verdict: SlotVerdict, stamp: Stamp) -> Change:
-    """The slot was skipped at run time: last_skipped_at = max(last_skipped_at, slot)."""
-    data = {
-        "slot": iso(slot_of(job)),
-        "stage": "run",
-        "job_id": job.id,
-        "reason": verdict.reason,
-        "detail": verdict.skip_text,
-    }
-    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_SKIPPED, data))

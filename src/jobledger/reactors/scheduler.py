@@ -26,7 +26,7 @@ from jobledger.core import context
 from jobledger.core.clock import Clock
 from jobledger.core.ids import new_id
 from jobledger.core.tasks import cancel_and_wait
-from jobledger.domain import schedule_tick
+from jobledger.domain import schedule_slot_run, schedule_tick
 from jobledger.domain import schedules as sched
 from jobledger.domain.errors import (
     DuplicateSchedule,
@@ -274,18 +274,20 @@ class Scheduler:
         now = self.clock.now()
         row = await self.store.get_schedule(code)
         policy = row.missed_slot_policy if row else declaration.spec.missed_slot_policy
-        slot = sched.slot_of(job)
+        slot = schedule_slot_run.slot_of(job)
         newer = False
-        if sched.needs_newer_slot_check(policy, job, now, grace=self.grace):
+        if schedule_slot_run.needs_newer_slot_check(policy, job, now, grace=self.grace):
             newer = await self._newer_slot_pending(code, job, slot)
-        verdict = sched.decide_slot_run(
+        verdict = schedule_slot_run.decide_slot_run(
             row, policy, job, now, grace=self.grace, newer_pending=newer
         )
         if not verdict.run:
-            await self._record(code, lambda r, s: sched.slot_skipped(r, job, verdict, s))
+            await self._record(
+                code, lambda r, s: schedule_slot_run.slot_skipped(r, job, verdict, s)
+            )
             raise SkipRun(verdict.skip_text)
         result = await declaration.handler(SlotRun(code, slot, job))
-        await self._record(code, lambda r, s: sched.slot_ran(r, job, s))
+        await self._record(code, lambda r, s: schedule_slot_run.slot_ran(r, job, s))
         return result
 
     async def _newer_slot_pending(self, code: str, job: Job, slot: datetime) -> bool:
@@ -298,7 +300,7 @@ class Scheduler:
             if other.id == job.id:
                 continue
             try:
-                if sched.slot_of(other) > slot:
+                if schedule_slot_run.slot_of(other) > slot:
                     return True
             except InvalidArgument:
                 continue
