@@ -2,7 +2,8 @@
 
     def register(sub: argparse._SubParsersAction) -> None   # adds its parser, sets func
 
-so that parts of the engine add commands without touching one shared file.
+so that parts of the engine add commands without touching one shared file. A module
+without `register` (e.g. `progress`) is a helper the commands share.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
-        module.register(sub)
+        if hasattr(module, "register"):  # a helper module (e.g. progress) adds no command
+            module.register(sub)
     return parser
 
 
