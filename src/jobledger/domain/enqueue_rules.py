@@ -2,8 +2,10 @@
 written, so bad input raises and the caller's transaction is untouched.
 
 One rule for every store: what one of them cannot hold, none takes — U+0000 in any text
-(PostgreSQL's text and jsonb refuse it) and payload integers outside the signed 64-bit
-range (MongoDB's BSON refuses them).
+(PostgreSQL's text and jsonb refuse it), payload integers outside the signed 64-bit
+range (MongoDB's BSON refuses them) and payload dicts with non-string keys (`json`
+would quietly turn `{1: "a"}` into `{"1": "a"}` on the SQL stores, the memory store
+would keep the int, and BSON refuses it inside the caller's transaction).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+import orjson
 
 from jobledger.domain.errors import InvalidArgument, InvalidPayload
 from jobledger.domain.jobs import NewJob
@@ -52,15 +56,27 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
         raise InvalidPayload(
             f"payload for {item.target!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
         )
-    if _MAYBE_UNSTORABLE.search(body):  # a pre-filter on the text; the walk decides
+    # pre-filters (the text; orjson refuses non-string keys); the walk decides
+    if _MAYBE_UNSTORABLE.search(body) or not _string_keys_only(item.payload):
         problem = _unstorable(item.payload)
         if problem is not None:
             raise InvalidPayload(f"payload for {item.target!r}: {problem}")
 
 
+def _string_keys_only(payload: Any) -> bool:
+    """False when orjson refuses `payload` (it refuses a dict key that is not a string;
+    the walk then says whether that, or something else, is the problem)."""
+    try:
+        orjson.dumps(payload)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+    return True
+
+
 def _unstorable(value: Any) -> str | None:
     """What in the JSON value `value` some store cannot hold, or None: a string (a key
-    or an item) with U+0000, an integer outside the signed 64-bit range."""
+    or an item) with U+0000, an integer outside the signed 64-bit range, a dict key that
+    is not a string."""
     if isinstance(value, str):
         return _NUL_TEXT.format("its strings") if "\x00" in value else None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -71,6 +87,12 @@ def _unstorable(value: Any) -> str | None:
             " MongoDB cannot store it, so no store takes it"
         )
     if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                return (
+                    f"the dict key {key!r} is a {type(key).__name__}, not a string:"
+                    " MongoDB cannot store it, so no store takes it"
+                )
         items = [*value.keys(), *value.values()]
     elif isinstance(value, list | tuple):
         items = list(value)
