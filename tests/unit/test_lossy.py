@@ -16,11 +16,8 @@ from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
 from jobledger.observability.observe import Observer, RunRecord
 from jobledger.storage.memory import MemoryStore
-from jobledger.targets.lossy import (
-    InProcessLossyRunner,
-    RedisLossyRunner,
-    install_lossy,
-)
+from jobledger.targets.lossy import InProcessLossyRunner, install_lossy
+from jobledger.targets.lossy_redis import RedisLossyRunner
 
 
 class Seen(Observer):
