@@ -11,7 +11,8 @@ rebuilt one cannot disagree. State machine (reference §6, closing G2 and G6)::
     RUNNING --JobClaimed--> RUNNING under a new token          (lease expired, at-least-once)
     PENDING|RUNNING --JobSucceeded--> (leaves the queue)
     PENDING|RUNNING --JobFailed--> PENDING, attempts+1, backoff
-    PENDING|RUNNING --JobDeferred--> PENDING, no attempt spent (target unreachable)
+    PENDING|RUNNING --JobDeferred--> PENDING, no attempt spent (target unreachable,
+                                     or a marked row that was not sent)
     PENDING --JobRequeued--> PENDING, mark dropped (takeover, at-least-once)
     PENDING|RUNNING --JobDead--> DEAD
     DEAD --JobRetried--> PENDING, attempts 0                   (admin)
@@ -378,6 +379,17 @@ def dispatch(job: Job, *, token: str, pod: str, stamp: Stamp) -> Change:
     """Fast lane: the durable in-flight mark written before an at-most-once send."""
     _require(job, JobStatus.PENDING, "dispatch")
     return _change(job, stamp, (EventType.JOB_DISPATCHED, {"token": token, "pod": pod}))
+
+
+def unmark(job: Job, stamp: Stamp, cause: str) -> Change:
+    """Fast lane: release an in-flight mark whose row was *not* sent (its target paused
+    mid-round, the lease ending before the send, the round given up). A deferral that
+    clears the mark: no attempt spent, the row PENDING as it was, so it neither holds its
+    key nor is declared DEAD "in flight" by the next owner."""
+    if job.inflight_token is None:
+        raise InvalidStatus(f"cannot unmark job {job.id}: it carries no in-flight mark")
+    data = {"reason": "not_sent", "cause": cause, "token": job.inflight_token}
+    return _change(job, stamp, (EventType.JOB_DEFERRED, data))
 
 
 def claim(

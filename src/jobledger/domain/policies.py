@@ -1,15 +1,19 @@
-"""Small pure policies of the reference: partition hash, backoff, fair share."""
+"""Small pure policies of the reference: partition hash, backoff, fair share, and the
+last moment a partition owner may start a send."""
 
 from __future__ import annotations
 
 import hashlib
 import math
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 PARTITIONS = 64
 RETRY_DELAYS_MINUTES: tuple[float, ...] = (1, 2, 4, 8, 16)
 DEFAULT_MAX_ATTEMPTS = len(RETRY_DELAYS_MINUTES) + 1  # the 6th answered failure is DEAD
+#: share of the partition lease kept back as a safety margin: no send starts later than
+#: lease_until - margin by the pod's own clock (7.5 s of a 30 s lease, 0.5 s of a 2 s one)
+SEND_MARGIN_SHARE = 0.25
 
 
 def partition_of(key: str | None, dedupe_key: str, partitions: int = PARTITIONS) -> int:
@@ -57,3 +61,15 @@ def share_target(
     if others_below_floor and mine > floor:
         return max(floor, 1)
     return ceiling
+
+
+def send_deadline(lease_until: datetime, lease_s: float) -> datetime:
+    """The last moment (on the pod's clock) a send of the partition may start.
+
+    `lease_until` is the pod's own reading: the time it sent the renewal plus the lease,
+    so it is never later than what the store granted. The margin covers a send already
+    started, the outcome commit that follows it, and clock skew between pods; a pod past
+    it sends no further row of that partition (reference §9: a pod that lost its lease
+    between rows sends nothing more).
+    """
+    return lease_until - timedelta(seconds=lease_s * SEND_MARGIN_SHARE)

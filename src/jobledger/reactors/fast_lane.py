@@ -94,6 +94,11 @@ class FastLane:
         stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
         return jobs.dispatch(job, token=new_token(), pod=self.pod, stamp=stamp)
 
+    def unmark(self, job: Job, cause: str) -> Change:
+        """Release the mark of a row that was marked and then not sent."""
+        logger.info("partition %d: job %s marked, not sent (%s)", job.partition, job.id, cause)
+        return jobs.unmark(job, Stamp(self.clock.now(), SYSTEM, job.trace_id), cause)
+
     # --- the lease keeper's listener -----------------------------------------------------
     async def acquired(self, partition: int, until: datetime) -> None:
         old = self.workers.get(partition)

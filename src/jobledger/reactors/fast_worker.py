@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from jobledger.core.registry import Target
 from jobledger.core.tasks import run_each
 from jobledger.domain.jobs import Change, Job, JobStatus, Outcome, RunResult
 from jobledger.domain.lanes import BatchPlan
+from jobledger.domain.policies import send_deadline
 from jobledger.reactors.fast_pass import PartitionPass
 from jobledger.reactors.waiting import safety_poll_s, wait_for
 
@@ -62,6 +64,7 @@ class PartitionWorker:
         self.pass_ = PartitionPass(lane, partition)
         self._carried: tuple[BatchPlan, Job] | None = None  # next round, its row marked
         self._unwritten: list[_Ran] = []
+        self._unreleased: list[Change] = []  # releases of unsent marks not yet written
         self._recovering = False
 
     # --- control ----------------------------------------------------------------------
@@ -87,6 +90,7 @@ class PartitionWorker:
         lane = self.lane
         while True:
             if self.lost or (self.stopping and self._carried is None):
+                await self._release_carried("partition lost")
                 return
             if not self.stopping:
                 await wait_for(self.event, lane.clock, self._idle_timeout())
@@ -104,7 +108,9 @@ class PartitionWorker:
             except Exception:
                 logger.exception("partition %d: round failed; backing off", self.partition)
                 self.pass_.finish()
-                self._carried = None
+                if self._carried is not None:  # marked, never sent: release it first
+                    self._unreleased.append(lane.unmark(self._carried[1], "round failed"))
+                    self._carried = None
                 self._recovering = True
                 await lane.clock.sleep(1.0)
                 self.event.set()
@@ -120,6 +126,9 @@ class PartitionWorker:
             self._unwritten = []
             for item, ok in zip(ran, flags, strict=True):
                 self.lane.outcomes.finish(item.job, item.run, item.outcome, ok)
+        if self._unreleased:  # compare-and-set: a release another writer beat is refused
+            await self.lane.store.apply(self._unreleased)
+            self._unreleased = []
         await self.lane.take_over(self.partition)
         self._recovering = False
 
@@ -136,11 +145,10 @@ class PartitionWorker:
     async def step(self) -> int | None:
         """One round: the rows it sent, or None once the pass found nothing to run."""
         if self.lost or (self.stopping and self._carried is None):
+            await self._release_carried("partition lost")
             return None
-        if self.lane.clock.now() >= self.lease_until:
-            self.lost = True  # by our own clock the lease is gone: send nothing more
-            self.stopping = True
-            logger.warning("partition %d: lease expired on %s", self.partition, self.lane.pod)
+        if not self._may_send():
+            await self._release_carried("lease ending")
             return None
         if self._carried is not None:
             carried, marked = self._carried
@@ -164,6 +172,8 @@ class PartitionWorker:
                 (ok,) = await lane.committer.commit([change], [True])
                 marked = await self._marked(risky, change, ok)
             if self.lost:
+                if marked is not None:
+                    await self._write([], [(marked, "partition lost")])
                 return 0
             probes = {j.id for j in self._probe_rows(plan)}
             coros = [self._chain(chain, probes) for chain in plan.chains]
@@ -174,7 +184,12 @@ class PartitionWorker:
             ran = [r for results in await run_each(coros) for r in results]
             sent = len(ran)
             lane.stats.round(sent)
-            await self._write(ran)
+            unsent: list[tuple[Job, str]] = []
+            if marked is not None and all(r.job.id != marked.id for r in ran):
+                # marked, then not sent (its target paused mid-round, the lease ending):
+                # its release rides in the commit of its siblings' outcomes
+                unsent.append((marked, "lease ending" if self.lost else "target paused"))
+            await self._write(ran, unsent)
             return sent
         finally:
             self.in_round = False
@@ -211,8 +226,8 @@ class PartitionWorker:
         lane = self.lane
         out: list[_Ran] = []
         for job in chain:
-            if self.lost:
-                break
+            if not self._may_send():
+                break  # the lease ends (by this pod's clock) before this send could finish
             if lane.pauses.is_paused(job.target) and job.id not in probes:
                 break  # the target was paused in this round: skip the rest of its batch
             target = lane.engine.targets.find(job.target)
@@ -225,8 +240,37 @@ class PartitionWorker:
                 break  # a failed row stops the later versions of its key
         return out
 
-    async def _write(self, ran: list[_Ran]) -> None:
-        """Outcomes of the round, plus the partition's next mark, in one commit."""
+    def _may_send(self) -> bool:
+        """Whether a send may start now: the lease, by this pod's clock, has more than
+        its safety margin left (`policies.send_deadline`). Past it, the worker stops: it
+        sends no further row of the partition (the heartbeat starts a fresh worker if the
+        store renewed the lease after all)."""
+        if self.lost:
+            return False
+        lane = self.lane
+        if lane.clock.now() < send_deadline(self.lease_until, lane.settings.partition_lease_s):
+            return True
+        self.lost = True
+        self.stopping = True
+        logger.warning(
+            "partition %d: lease of %s ends at %s; no further send",
+            self.partition,
+            lane.pod,
+            self.lease_until,
+        )
+        return False
+
+    async def _release_carried(self, cause: str) -> None:
+        """The next round's row was marked in the last commit and will not be sent now:
+        release its mark (a deferral) so it neither holds its key nor dies "in flight"."""
+        if self._carried is not None:
+            _, marked = self._carried
+            self._carried = None
+            await self._write([], [(marked, cause)])
+
+    async def _write(self, ran: list[_Ran], unsent: Sequence[tuple[Job, str]] = ()) -> None:
+        """Outcomes of the round, the release of a marked row that was not sent, plus the
+        partition's next mark, in one commit."""
         lane = self.lane
         replaced: dict[str, Job] = {}
         dropped: set[str] = set()
@@ -236,8 +280,13 @@ class PartitionWorker:
                 replaced[item.job.id] = row
             else:
                 dropped.add(item.job.id)
+        releases = [lane.unmark(job, cause) for job, cause in unsent]
+        for release in releases:
+            row = release.row
+            assert isinstance(row, Job)
+            replaced[row.id] = row
         self.pass_.update(replaced, dropped)
-        changes = [item.outcome.change for item in ran]
+        changes = [item.outcome.change for item in ran] + releases
         guarded = [False] * len(changes)
         next_plan: BatchPlan | None = None
         mark: Change | None = None
@@ -251,12 +300,16 @@ class PartitionWorker:
             flags = await lane.committer.commit(changes, guarded) if changes else []
         except Exception:
             self._unwritten = ran  # decided but not written: _recover writes them
+            self._unreleased.extend(releases)
             raise
         lost: set[str] = set()
         for item, ok in zip(ran, flags, strict=False):
             lane.outcomes.finish(item.job, item.run, item.outcome, ok)
             if not ok:
                 lost.add(item.job.id)
+        for release, ok in zip(releases, flags[len(ran) :], strict=False):
+            if not ok:  # changed by someone else (a takeover): not ours to send
+                lost.add(release.stream.partition(":")[2])
         if lost:
             self.pass_.update({}, lost)
         if mark is not None and next_plan is not None and next_plan.risky is not None:
