@@ -136,7 +136,9 @@ async def test_a_seen_dedupe_key_inserts_nothing_and_never_aborts_the_callers_tr
         await business_write(tx, "still fine")  # the transaction is not aborted
     assert len(await pg.all_jobs()) == 2
     assert await business_count(pg) == 1
-    assert await pg.seen_dedupe_keys(["d-1", "d-2", "d-3"]) == {"d-1", "d-2"}
+    # both keys are in the log now: only an unseen key inserts
+    fresh = [new_job(clock, dedupe=key) for key in ("d-1", "d-2", "d-3")]
+    assert await pg.apply(fresh) == [False, False, True]
 
 
 async def test_two_open_transactions_racing_on_one_dedupe_key_keep_one_and_abort_neither(

@@ -389,9 +389,6 @@ class MemoryStore(Store):
         self.log = kept
         return removed
 
-    async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
-        return {k for k in keys if k in self.dedupe}
-
     async def load_checkpoint(self, name: str) -> tuple[int, Any]:
         position, state = self.checkpoints.get(name, (0, None))
         return position, copy.deepcopy(state)

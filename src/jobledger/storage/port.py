@@ -220,10 +220,6 @@ class Store(abc.ABC):
         late-committing transaction (field notes §9).
         """
 
-    @abc.abstractmethod
-    async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
-        """Which of `keys` an earlier JobEnqueued in the log already carries."""
-
     # --- log retention (the archive) ------------------------------------------------------
     @abc.abstractmethod
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:

@@ -564,10 +564,6 @@ class SqliteStore(Store):
 
         return await self._write(work) if streams else 0
 
-    async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
-        wanted = list(dict.fromkeys(keys))
-        return await self._read(lambda c: _seen_keys(c.cursor(), wanted))
-
     # --- checkpoints ----------------------------------------------------------------------------
     async def load_checkpoint(self, name: str) -> tuple[int, Any]:
         def work(conn: sqlite3.Connection) -> tuple[int, Any]:

@@ -346,14 +346,6 @@ class MongoStore(Store):
         cursor = self.db.events.find(b.read_log_query(after)).sort("_id", 1).limit(limit)
         return [b.event_from_doc(d) async for d in cursor]
 
-    async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
-        if not keys:
-            return set()
-        return {
-            d["dedupe_key"]
-            async for d in self.db.events.find(b.dedupe_query(keys), {"dedupe_key": 1})
-        }
-
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         cursor = await self.db.events.aggregate(b.closed_streams_pipeline(before, limit))
         return [d["_id"] async for d in cursor]

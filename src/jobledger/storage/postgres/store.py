@@ -462,14 +462,6 @@ class PostgresStore(Store):
                 rows = await cur.fetchall()
         return [event_from_dict(r) for r in rows]
 
-    async def seen_dedupe_keys(self, keys: Sequence[str]) -> set[str]:
-        if not keys:
-            return set()
-        rows = await self._rows(
-            f"SELECT dedupe_key FROM {self.s}.events WHERE dedupe_key = ANY(%s)", (list(keys),)
-        )
-        return {r["dedupe_key"] for r in rows}
-
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         rows = await self._rows(
             f"SELECT e.stream FROM {self.s}.events e WHERE e.stream LIKE 'job:%%'"
