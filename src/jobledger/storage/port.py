@@ -75,13 +75,6 @@ class Wake:
 EVERYTHING = Wake(None, None, True)
 
 
-@dataclass(slots=True)
-class AfterCommit:
-    """Hooks a transaction runs once it has committed (never after a rollback)."""
-
-    hooks: list[Callable[[], Any]] = field(default_factory=list)
-
-
 class Store(abc.ABC):
     """One database. Every method is safe to call from several pods at once."""
 
