@@ -1,5 +1,5 @@
-"""Small pure policies of the reference: partition hash, backoff, fair share, and the
-last moment a partition owner may start a send."""
+"""Small pure policies of the reference: partition hash, backoff, the lease share target, and
+the last moment a partition owner may start a send."""
 
 from __future__ import annotations
 
@@ -38,11 +38,6 @@ def retry_delay(
     """
     index = min(max(attempts_after_failure, 1), len(delays_minutes)) - 1
     return timedelta(minutes=delays_minutes[index])
-
-
-def fair_share(live_pods: int, partitions: int = PARTITIONS) -> int:
-    """ceil(partitions / live pods): the most partitions one pod should hold."""
-    return math.ceil(partitions / max(live_pods, 1))
 
 
 def share_target(
