@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import inspect
+import textwrap
+import traceback
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+import jobledger
+from jobledger.domain import records
 from jobledger.domain.events import SYSTEM, Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Outcome, Result, RunResult, Stamp
-from jobledger.domain.records import fast_init
+from jobledger.domain.records import GENERATED, fast_init
 
 AT = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -54,3 +62,120 @@ def test_a_class_it_cannot_copy_is_refused() -> None:
 
     with pytest.raises(TypeError, match="__post_init__"):
         fast_init(Checked)
+
+
+# --- the generated code, against the plain dataclass constructor ----------------------
+
+SRC = Path(jobledger.__file__).parent
+
+
+def decorated_classes() -> list[type]:
+    """Every class in src/jobledger under `@fast_init` (its module imported here)."""
+    found: list[type] = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [
+            node.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef)
+            and any(isinstance(d, ast.Name) and d.id == "fast_init" for d in node.decorator_list)
+        ]
+        if names:
+            parts = path.relative_to(SRC.parent).with_suffix("").parts
+            module = importlib.import_module(".".join(parts))
+            found.extend(getattr(module, name) for name in names)
+    return found
+
+
+CLASSES = decorated_classes()
+
+
+def test_every_decorated_class_is_found_and_recorded() -> None:
+    assert {c.__name__ for c in CLASSES} >= {"Job", "Event", "Change", "Outcome", "Stamp"}
+    assert all(c in GENERATED for c in CLASSES)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_the_generated_constructor_is_the_plain_one(cls: type) -> None:
+    plain = GENERATED[cls].plain_init
+    fast = cls.__init__  # type: ignore[misc]
+    assert fast is not plain
+    fields = dataclasses.fields(cls)
+    # the same parameters: names, kinds and defaults (a factory's marker differs by design)
+    plain_params = list(inspect.signature(plain).parameters.values())
+    fast_params = list(inspect.signature(fast).parameters.values())
+    assert [(p.name, p.kind) for p in fast_params] == [(p.name, p.kind) for p in plain_params]
+    for f, param in zip(fields, fast_params[1:], strict=True):
+        if f.default is not dataclasses.MISSING:
+            assert param.default is f.default is plain_params[fast_params.index(param)].default
+        elif f.default_factory is not dataclasses.MISSING:
+            assert param.default is not inspect.Parameter.empty
+        else:
+            assert param.default is inspect.Parameter.empty
+
+    def both(*args: object, **kwargs: object) -> tuple[object, object]:
+        built = cls(*args, **kwargs)
+        other = object.__new__(cls)
+        plain(other, *args, **kwargs)
+        return built, other
+
+    # every field passed, by position and by keyword: the very same values stored
+    values = {f.name: object() for f in fields}
+    for built, other in (both(*values.values()), both(**values)):
+        for f in fields:
+            assert getattr(built, f.name) is values[f.name] is getattr(other, f.name)
+        assert built == other
+    # only the required fields: defaults are the same objects, factories make equal new ones
+    required = {f.name: values[f.name] for f in fields if _required(f)}
+    built, other = both(**required)
+    again, _ = both(**required)
+    for f in fields:
+        mine, theirs = getattr(built, f.name), getattr(other, f.name)
+        if f.default_factory is not dataclasses.MISSING:
+            assert mine == theirs and type(mine) is type(theirs)
+            if isinstance(mine, (dict, list, set)):
+                assert mine is not getattr(again, f.name)  # a new one per instance
+        else:
+            assert mine is theirs
+    # the same refusals, and the instance stays frozen
+    if required:
+        first = next(iter(required))
+        missing = {k: v for k, v in required.items() if k != first}
+        for call in (lambda: cls(**missing), lambda: plain(object.__new__(cls), **missing)):
+            with pytest.raises(TypeError, match=first):
+                call()
+    for call in (lambda: cls(**required, unknown=1), lambda: both(**required, unknown=1)):
+        with pytest.raises(TypeError, match="unknown"):
+            call()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(built, fields[0].name, None)
+
+
+def _required(f: dataclasses.Field[object]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def test_the_module_docstring_shows_the_code_generated_for_outcome() -> None:
+    doc = records.__doc__ or ""
+    start = doc.index("    def __init__(")
+    end = doc.index("\n\n", start)
+    shown = textwrap.dedent(doc[start:end]) + "\n"
+    assert shown == GENERATED[Outcome].source
+
+
+def test_the_generated_source_is_readable_at_run_time() -> None:
+    assert inspect.getsource(Outcome.__init__) == GENERATED[Outcome].source
+
+    def fail() -> list[int]:
+        raise RuntimeError("factory failed")
+
+    @fast_init
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Built:
+        a: int
+        b: list[int] = dataclasses.field(default_factory=fail)
+
+    with pytest.raises(RuntimeError) as caught:
+        Built(1)
+    shown = "".join(traceback.format_exception(caught.value))
+    assert "<fast_init " in shown and "if b is _NO_VALUE: b = _factory_b()" in shown

@@ -7,12 +7,52 @@ were a measurable share of a job's CPU (`Job`: 2.8 µs of which about half is th
 `fast_init` swaps in an `__init__` that writes each slot through its slot descriptor:
 the same signature (checked here), the same defaults, the same instance; assignment
 afterwards still raises `FrozenInstanceError`.
+
+What is generated. For the `Outcome` record (domain/jobs.py),
+
+    @fast_init
+    @dataclass(frozen=True, slots=True)
+    class Outcome:
+        change: Change
+        label: str
+        pause_target: bool = False
+        dead: bool = False
+        extra: dict[str, Any] = field(default_factory=dict)
+
+`fast_init` compiles this (the underscored names are the function's globals:
+`_set_<field>` is the `__set__` of that field's slot descriptor, `_default_<field>` the
+field's default, `_factory_<field>` its default factory):
+
+    def __init__(
+        self,
+        change,
+        label,
+        pause_target=_default_pause_target,
+        dead=_default_dead,
+        extra=_NO_VALUE,
+    ):
+        _set_change(self, change)
+        _set_label(self, label)
+        _set_pause_target(self, pause_target)
+        _set_dead(self, dead)
+        if extra is _NO_VALUE: extra = _factory_extra()
+        _set_extra(self, extra)
+
+where the dataclass's own `__init__` runs `object.__setattr__(self, 'change', change)`
+and so on (tests/unit/test_records.py checks this text against the real output). The
+source stays readable at run time: `inspect.getsource(Outcome.__init__)` returns it, and
+a traceback through it shows its lines (`compile_generated` registers it with
+`linecache` as `<fast_init Outcome>`). `GENERATED` keeps each decorated class's source
+and its plain dataclass `__init__`, so the tests compare every generated constructor
+with the plain one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import linecache
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -20,14 +60,34 @@ T = TypeVar("T")
 _NO_VALUE = object()
 
 
-def fast_init(cls: type[T]) -> type[T]:
-    """Class decorator, above `@dataclass(frozen=True, slots=True)`."""
-    if hasattr(cls, "__post_init__"):
-        raise TypeError(f"fast_init: {cls.__name__} has a __post_init__")
+@dataclasses.dataclass(frozen=True, slots=True)
+class Generated:
+    """One class's generated `__init__`: its source and the dataclass's plain one."""
+
+    source: str
+    plain_init: Callable[..., None]
+
+
+#: every class `fast_init` decorated, by class (filled at import of the defining module)
+GENERATED: dict[type, Generated] = {}
+
+
+def compile_generated(source: str, namespace: dict[str, Any], name: str, label: str) -> Any:
+    """Run `source` (one `def name`) in `namespace` and return the function, registered
+    with `linecache` under the file name `<label>` so that `inspect.getsource` and
+    tracebacks show the generated lines instead of nothing."""
+    filename = f"<{label}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
+def init_source(cls: type) -> tuple[str, dict[str, Any]]:
+    """The source of `cls`'s fast `__init__` and the globals it runs with."""
     namespace: dict[str, Any] = {"_NO_VALUE": _NO_VALUE}
     params: list[str] = []
     lines: list[str] = []
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__  # the slot descriptor
         if f.default is not dataclasses.MISSING:
             namespace[f"_default_{f.name}"] = f.default
@@ -39,12 +99,23 @@ def fast_init(cls: type[T]) -> type[T]:
         else:
             params.append(f.name)
         lines.append(f"    _set_{f.name}(self, {f.name})")
-    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(lines), namespace)
-    init = namespace["__init__"]
-    before = [(p.name, p.kind) for p in inspect.signature(cls.__init__).parameters.values()]
+    head = "".join(f"    {param},\n" for param in ["self", *params])
+    source = f"def __init__(\n{head}):\n" + "\n".join(lines) + "\n"
+    return source, namespace
+
+
+def fast_init(cls: type[T]) -> type[T]:
+    """Class decorator, above `@dataclass(frozen=True, slots=True)`."""
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"fast_init: {cls.__name__} has a __post_init__")
+    plain = cls.__init__
+    source, namespace = init_source(cls)
+    init = compile_generated(source, namespace, "__init__", f"fast_init {cls.__qualname__}")
+    before = [(p.name, p.kind) for p in inspect.signature(plain).parameters.values()]
     after = [(p.name, p.kind) for p in inspect.signature(init).parameters.values()]
     if before != after:
         raise TypeError(f"fast_init: {cls.__name__}'s signature would change")
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     setattr(cls, "__init__", init)  # noqa: B010 - replacing a method, by design
+    GENERATED[cls] = Generated(source, plain)
     return cls
