@@ -162,7 +162,9 @@ def test_admin_page_in_chromium(tmp_path: Path) -> None:
 
             # a viewer sees the page but no buttons, and a forged post is refused
             viewer = browser.new_page()
-            viewer.goto(f"{base}/admin/login?key={VIEWER_KEY}")
+            viewer.goto(f"{base}/admin/login")
+            viewer.fill("input[name=key]", VIEWER_KEY)
+            viewer.click("form[action='/admin/login'] button")
             assert viewer.js("location.pathname") == "/admin"
             assert viewer.js("document.querySelectorAll('button[data-action]').length") == 0
         finally:

@@ -18,8 +18,10 @@ def test_demo_serves_settles_and_exits(tmp_path: Path) -> None:
     with jobledger(
         "--store", f"sqlite:///{db}", "demo", "--port", "0", "--exit-after", "12", env=env
     ) as proc:
-        link = proc.wait_for(r"(http://127\.0\.0\.1:\d+)/admin/login\?key=(\S+)")
-        base, key = link.group(1), link.group(2)
+        key = proc.wait_for(r"generated an admin key for this run:\n  (\S+)").group(1)
+        link = proc.wait_for(r"(http://127\.0\.0\.1:\d+)(/admin/login\?token=\S+)")
+        base, signin = link.group(1), link.group(2)
+        assert key not in signin  # the key never travels in a URL
         proc.wait_for(r"All (\d+) demo jobs settled", timeout=30)
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as http:
             dead = http.get("/api/v1/jobs", params={"status": "DEAD"}).json()
@@ -29,7 +31,8 @@ def test_demo_serves_settles_and_exits(tmp_path: Path) -> None:
             assert {row["target"] for row in pending["data"]} == {"demo:reminder"}
             schedules = http.get("/api/v1/schedules").json()
             assert [s["code"] for s in schedules] == ["demo_digest"]
-            assert httpx.get(f"{base}/admin/login?key={key}").status_code in (200, 303)
+            assert httpx.get(f"{base}{signin}").status_code == 303  # one-time link signs in
+            assert httpx.get(f"{base}{signin}").status_code == 401  # ... once
             assert (
                 http.get("/api/v1/jobs", headers={"Authorization": "Bearer nope-nope"}).status_code
                 == 401

@@ -85,10 +85,13 @@ def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
 def print_access(app: Any, base: str, out: TextIO) -> None:
     """Where the page is, and — when no key was configured — the generated admin key."""
     if app.generated_key:
+        from jobledger.http.app import signin_path
+
+        link = signin_path(app.http, app.generated_key)
         out.write(
             "No API key configured (JOBLEDGER_API_KEYS): generated an admin key for this run:\n"
             f"  {app.generated_key}\n"
-            f"Admin page (signs you in): {base}/admin/login?key={app.generated_key}\n"
+            f"Admin page (one-time sign-in link, 10 min): {base}{link}\n"
         )
     else:
         out.write(f"Admin page: {base}/admin (sign in with an API key)\n")

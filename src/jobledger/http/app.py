@@ -24,7 +24,9 @@ from jobledger.http import openapi
 from jobledger.http.auth import ApiKeys, Authenticator
 from jobledger.http.errors import ApiError, CatchAll, api_error, domain_error, http_error
 from jobledger.http.routes import feed, health, jobs, page, schedules
+from jobledger.http.security import BodyLimit, SecureHeaders
 from jobledger.http.services import Services
+from jobledger.http.session import FailureLimiter, SigninTokens
 
 logger = logging.getLogger("jobledger.http")
 
@@ -70,12 +72,22 @@ def create_app(
     """The admin application over `services`.
 
     `authenticator` guards the API (bearer keys by default). The page uses
-    `page_authenticator`; by default the same API keys, also read from the login
-    cookie (and a login form), or `authenticator` itself when it is not `ApiKeys`.
+    `page_authenticator`; by default the same API keys, read from the signed session
+    cookie made at sign-in, or `authenticator` itself when it is not `ApiKeys`.
+    `csrf_secret` signs sessions, form tokens and flash messages; by default it is
+    derived from the configured keys (the same in every process with the same keys).
     """
+    if csrf_secret is None:
+        csrf_secret = (
+            authenticator.session_secret_default()
+            if isinstance(authenticator, ApiKeys)
+            else secrets.token_bytes(32)
+        )
     if page_authenticator is None:
         page_authenticator = (
-            authenticator.with_cookie() if isinstance(authenticator, ApiKeys) else authenticator
+            authenticator.with_session(csrf_secret)
+            if isinstance(authenticator, ApiKeys)
+            else authenticator
         )
     api = Mount(
         openapi.PREFIX,
@@ -99,11 +111,24 @@ def create_app(
             JobledgerError: domain_error,
             HTTPException: http_error,
         },
-        middleware=[Middleware(CatchAll)],
+        middleware=[Middleware(SecureHeaders), Middleware(CatchAll), Middleware(BodyLimit)],
     )
     app.state.services = services
     app.state.api_auth = authenticator
     app.state.page_auth = page_authenticator
-    app.state.login = authenticator.lookup if isinstance(authenticator, ApiKeys) else None
-    app.state.csrf_secret = csrf_secret or secrets.token_bytes(32)
+    app.state.keys = authenticator if isinstance(authenticator, ApiKeys) else None
+    app.state.csrf_secret = csrf_secret
+    app.state.signin_tokens = SigninTokens()
+    app.state.auth_failures = FailureLimiter()
     return app
+
+
+def signin_path(app: Starlette, key: str) -> str | None:
+    """A one-time sign-in link path for `key` (what `serve` prints), or None when the
+    app does not authenticate with these API keys or `key` is not one of them."""
+    keys: ApiKeys | None = app.state.keys
+    kid = keys.key_id(key) if keys is not None else None
+    if kid is None:
+        return None
+    tokens: SigninTokens = app.state.signin_tokens
+    return f"/admin/login?token={tokens.issue(kid)}"

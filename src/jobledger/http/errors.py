@@ -26,7 +26,9 @@ _HTTP_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "invalid_status",
+    413: "payload_too_large",
     415: "unsupported_media_type",
+    429: "too_many_requests",
     500: "internal_error",
 }
 
@@ -53,8 +55,21 @@ class ValidationFailed(ApiError):
         super().__init__(400, "validation_failed", messages)
 
 
+MAX_MESSAGES = 20
+MAX_MESSAGE_CHARS = 300
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` cut to `limit` characters (an error never echoes megabytes of input)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def error_body(status: int, code: str, messages: Sequence[str]) -> dict[str, object]:
-    return {"statusCode": status, "code": code, "message": list(messages)}
+    return {
+        "statusCode": status,
+        "code": code,
+        "message": [clip(m) for m in list(messages)[:MAX_MESSAGES]],
+    }
 
 
 def error_response(

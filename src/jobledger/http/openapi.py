@@ -179,6 +179,8 @@ _ERRORS = {
     403: "The key's role may not do this (`forbidden`)",
     404: "Unknown or malformed id (`not_found`)",
     409: "Not in a state that allows this, or a concurrent change won (`invalid_status`)",
+    413: "The request body is over 64 KiB (`payload_too_large`)",
+    429: "Too many failed authentications from this client (`too_many_requests`)",
 }
 
 
@@ -197,7 +199,7 @@ def _op(
     description: str = "",
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {"200": {"description": "OK", **_json(ok)}}
-    for status in sorted({401, *errors}):
+    for status in sorted({401, 413, 429, *errors}):
         responses[str(status)] = {"description": _ERRORS[status], **_json(_ref("Error"))}
     op: dict[str, Any] = {
         "summary": summary,
