@@ -1,0 +1,144 @@
+"""Reads of the PostgreSQL store's read models and log, its checkpoints, and the
+rebuild of the read models (`replace_read_models`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
+
+from jobledger.domain.events import Event
+from jobledger.domain.jobs import Job
+from jobledger.domain.schedule_row import Schedule
+from jobledger.storage import jsontext
+from jobledger.storage.port import JobFilter
+from jobledger.storage.postgres import encode, statements
+from jobledger.storage.postgres.base import PgBase
+from jobledger.storage.rows import event_from_dict, schedule_from_dict, schedule_to_dict
+
+
+class ReadModels(PgBase):
+    async def get_job(self, job_id: str) -> Job | None:
+        found = await self._jobs(
+            f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs WHERE id = %s", (job_id,)
+        )
+        return found[0] if found else None
+
+    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
+        page_sql, count_sql, params = self.list_sql(flt)
+        page = await self._jobs(page_sql, {**params, "offset": offset, "limit": limit})
+        total = await self._value(count_sql, params)
+        return page, int(total)
+
+    def list_sql(self, flt: JobFilter) -> tuple[str, str, dict[str, Any]]:
+        """(page query, count query, parameters) of the admin listing, newest first.
+
+        Only the filters given appear in the SQL, so each one can use its index.
+        """
+        where: list[str] = ["TRUE"]
+        params: dict[str, Any] = {}
+        for name in ("status", "target", "code", "key"):
+            value = getattr(flt, name)
+            if value is not None:
+                where.append(f"{name} = %({name})s")
+                params[name] = str(value)
+        cond = " AND ".join(where)
+        page = (
+            f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs WHERE {cond}"
+            " ORDER BY id DESC OFFSET %(offset)s LIMIT %(limit)s"
+        )
+        return page, f"SELECT count(*) FROM {self.s}.jobs WHERE {cond}", params
+
+    async def all_jobs(self) -> list[Job]:
+        return await self._jobs(f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs ORDER BY id")
+
+    async def get_schedule(self, code: str) -> Schedule | None:
+        rows = await self._rows(
+            f"SELECT {statements.SCHEDULE_COLUMNS} FROM {self.s}.schedules WHERE code = %s",
+            (code,),
+        )
+        return schedule_from_dict(rows[0]) if rows else None
+
+    async def list_schedules(self) -> list[Schedule]:
+        rows = await self._rows(
+            f"SELECT {statements.SCHEDULE_COLUMNS} FROM {self.s}.schedules ORDER BY code"
+        )
+        return [schedule_from_dict(r) for r in rows]
+
+    # --- the log -------------------------------------------------------------------------
+    async def read_stream(self, stream: str) -> list[Event]:
+        rows = await self._rows(
+            f"SELECT {statements.EVENT_COLUMNS} FROM {self.s}.events WHERE stream = %s"
+            " ORDER BY version",
+            (stream,),
+        )
+        return [event_from_dict(r) for r in rows]
+
+    async def read_log(self, after: int, *, limit: int) -> list[Event]:
+        # Two statements on purpose: the running transactions are listed before the
+        # snapshot that reads the events is taken (see statements.horizon).
+        async with self.pool.connection() as conn:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.sql.running)
+                found = await cur.fetchone()
+            assert found is not None
+            below = statements.horizon(int(found[0]), [int(x) for x in found[1]])
+            async with conn.cursor(row_factory=dict_row) as cur:
+                params = {"after": after, "below": below, "limit": limit}
+                await cur.execute(self.sql.read_log, params)
+                rows = await cur.fetchall()
+        return [event_from_dict(r) for r in rows]
+
+    async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
+        rows = await self._rows(
+            f"SELECT e.stream FROM {self.s}.events e WHERE e.stream LIKE 'job:%%'"
+            " GROUP BY e.stream HAVING max(e.at) < %s AND NOT EXISTS"
+            f" (SELECT 1 FROM {self.s}.jobs j WHERE j.id = substr(e.stream, 5)) LIMIT %s",
+            (before, limit),
+        )
+        return [r["stream"] for r in rows]
+
+    async def delete_streams(self, streams: Sequence[str]) -> int:
+        if not streams:
+            return 0
+        return await self._exec(
+            f"DELETE FROM {self.s}.events WHERE stream = ANY(%s)", (list(streams),)
+        )
+
+    # --- checkpoints -----------------------------------------------------------------------
+    async def load_checkpoint(self, name: str) -> tuple[int, Any]:
+        rows = await self._rows(
+            f"SELECT position, state FROM {self.s}.checkpoints WHERE name = %s", (name,)
+        )
+        return (int(rows[0]["position"]), rows[0]["state"]) if rows else (0, None)
+
+    async def save_checkpoint(self, name: str, position: int, state: Any) -> None:
+        await self._exec(
+            f"INSERT INTO {self.s}.checkpoints (name, position, state) VALUES (%s, %s, %s)"
+            " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
+            " state = excluded.state",
+            (name, position, Jsonb(state)),
+        )
+
+    async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
+        job_rows = jsontext.dumps([encode.job_record(j) for j in jobs])
+        schedule_rows = jsontext.dumps([schedule_to_dict(s) for s in schedules])
+        job_cols = f"{statements.JOB_COLUMNS}, order_key"
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(f"DELETE FROM {self.s}.jobs")
+            await conn.execute(f"DELETE FROM {self.s}.schedules")
+            await conn.execute(
+                f"INSERT INTO {self.s}.jobs ({job_cols}) SELECT {job_cols}"
+                f" FROM json_populate_recordset(NULL::{self.s}.jobs, %s::json)",
+                (job_rows,),
+            )
+            await conn.execute(
+                f"INSERT INTO {self.s}.schedules ({statements.SCHEDULE_COLUMNS})"
+                f" SELECT {statements.SCHEDULE_COLUMNS}"
+                f" FROM json_populate_recordset(NULL::{self.s}.schedules, %s::json)",
+                (schedule_rows,),
+            )
+            await conn.execute("SELECT pg_notify(%s, '*')", (self.sql.channel,))

@@ -1,0 +1,164 @@
+"""The write path of the PostgreSQL store: `apply`, `append_in` and the enqueue path.
+
+Each write call is one set-based statement (see `statements.py`), run in autocommit — a
+single statement is its own transaction — unless the call needs several statements or
+savepoints, when it opens an explicit transaction. A large enqueue batch inside a
+transaction is COPYed in a savepoint instead (`_copy`). See docs/postgres.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg.rows import tuple_row
+
+from jobledger.domain.jobs import Change
+from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
+from jobledger.storage.postgres import encode, schema
+from jobledger.storage.postgres.base import Conn, PgBase
+
+#: events one statement may carry: positions keep 20 bits for the ordinal in a transaction
+MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
+
+#: from this many new jobs in one call inside a transaction, they are COPYed: measured
+#: faster from ~300 (~15-20% at 1,000), even at 200, slower at 100 (docs/postgres.md)
+COPY_FROM = 300
+
+
+def _can_copy(conn: Conn) -> bool:
+    """COPY needs a savepoint, so a transaction block, a connection not in pipeline mode,
+    and UTF-8 as the client encoding (the JSON values go pre-encoded in UTF-8)."""
+    return (
+        conn.info.transaction_status == pq.TransactionStatus.INTRANS
+        and conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+        and conn.info.encoding == "utf-8"
+    )
+
+
+class WritePath(PgBase):
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        async with self.pool.connection() as conn:
+            tx = Transaction(conn)
+            async with conn.transaction():
+                yield tx
+        run_after_commit(tx)
+
+    async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
+        conn = native_handle(tx)
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise TypeError(
+                "the PostgreSQL store takes a psycopg AsyncConnection in a transaction"
+                " (or the Transaction of its own transaction())"
+            )
+        return await self._apply_on(conn, changes, None)
+
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
+        if not changes:
+            return []
+        async with self.pool.connection() as conn:
+            plan = encode.rounds(changes)
+            if len(plan) == 1 and not any(encode.is_running_code(c) for c in changes):
+                # one statement in autocommit: it is its own transaction
+                return await self._apply_on(conn, changes, guard)
+            async with conn.transaction():
+                return await self._apply_on(conn, changes, guard)
+
+    async def _apply_on(
+        self, conn: Conn, changes: Sequence[Change], guard: LeaseGuard | None
+    ) -> list[bool]:
+        flags = [False] * len(changes)
+        for items in encode.rounds(changes):
+            plain = [(i, c) for i, c in items if not encode.is_running_code(c)]
+            if plain:
+                for i in await self._statement(conn, plain, guard):
+                    flags[i] = True
+            for i, change in items:
+                if not encode.is_running_code(change):
+                    continue
+                try:
+                    async with conn.transaction():  # a savepoint: a collision drops it alone
+                        won = await self._statement(conn, [(i, change)], guard)
+                except pg_errors.UniqueViolation:
+                    won = []
+                flags[i] = bool(won)
+        return flags
+
+    async def _statement(
+        self, conn: Conn, items: list[tuple[int, Change]], guard: LeaseGuard | None
+    ) -> list[int]:
+        if sum(len(c.events) for _, c in items) > MAX_EVENTS_PER_STATEMENT:
+            raise ValueError(f"more than {MAX_EVENTS_PER_STATEMENT} events in one call")
+        if guard is None and all(encode.opens_job(c) for _, c in items):
+            return await self._enqueue(conn, items)
+        params: dict[str, Any] = encode.encode(items)
+        sql = self.sql.apply
+        if guard is None and all(c.is_new for _, c in items):
+            sql = self.sql.insert_new
+        if guard is not None:
+            sql = self.sql.apply_guarded
+            params["pod"], params["now"] = guard.pod, guard.now
+        return await self._winners(conn, sql, params)
+
+    async def _enqueue(self, conn: Conn, items: list[tuple[int, Change]]) -> list[int]:
+        """The enqueue path (new job streams of one event each): a large batch inside a
+        transaction block is COPYed, anything else goes through the enqueue statement."""
+        changes = [c for _, c in items]
+        if len(changes) >= COPY_FROM and _can_copy(conn) and await self._copy(conn, changes):
+            return [i for i, _ in items]
+        opening = encode.opening_params(changes)
+        return [items[k][0] for k in await self._winners(conn, self.sql.enqueue, opening)]
+
+    async def _copy(self, conn: Conn, changes: list[Change]) -> bool:
+        """COPY new jobs and their events inside a savepoint, then the wake-up.
+
+        False, with nothing written, when a dedupe key (or a stream, an id) is already
+        taken: the savepoint is rolled back and the caller writes the batch with the
+        statement, which skips those jobs alone. A conflict with a transaction still
+        open waits for it, as the statement's insert does. Any other error also rolls
+        the savepoint back before it is raised, so the call leaves nothing behind.
+        """
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute("SAVEPOINT jobledger_copy")
+            try:
+                await self._copy_rows(cur, changes)
+            except Exception as exc:
+                if conn.info.transaction_status != pq.TransactionStatus.INERROR:
+                    raise
+                await cur.execute("ROLLBACK TO SAVEPOINT jobledger_copy")
+                await cur.execute("RELEASE SAVEPOINT jobledger_copy")
+                if isinstance(exc, pg_errors.UniqueViolation):
+                    return False
+                raise
+            await cur.execute("RELEASE SAVEPOINT jobledger_copy")
+            await cur.execute(self.sql.notify_jobs, encode.wake_params(changes))
+        return True
+
+    async def _copy_rows(self, cur: psycopg.AsyncCursor[Any], changes: list[Change]) -> None:
+        """The events at the next positions of this transaction, then the job rows."""
+        await cur.execute(self.sql.last_position)
+        found = await cur.fetchone()
+        assert found is not None
+        async with cur.copy(self.sql.copy_events) as copy:
+            copy.set_types(self.sql.copy_event_types)
+            for position, change in enumerate(changes, start=int(found[0]) + 1):
+                await copy.write_row(encode.event_copy_row(change, position))
+        async with cur.copy(self.sql.copy_jobs) as copy:
+            copy.set_types(self.sql.copy_job_types)
+            for change in changes:
+                await copy.write_row(encode.job_copy_row(change))
+
+    @staticmethod
+    async def _winners(conn: Conn, sql: str, params: Any) -> list[int]:
+        """Run one write statement; the indexes of the changes it applied."""
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(sql, params)
+            row = await cur.fetchone()
+        return list(row[0]) if row else []
