@@ -3,7 +3,9 @@
 Short lease settings (2 s partition lease, 0.3 s heartbeat) keep them at seconds. The
 handlers append one line per delivery to a file, so the test checks what really went
 out: the 21/21/22 split, and after a SIGKILL mid-batch nothing lost, at-most-once rows
-delivered at most once, at-least-once rows at least once, per-key order kept.
+delivered at most once, at-least-once rows at least once, per-key order kept; and with
+workers joining mid-drain while each stalls once past its lease, no key is ever sent by
+two processes at once (every delivery's order checked, not only first deliveries).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pytest
 from jobledger.config.settings import Settings
 from jobledger.core.clock import SystemClock
 from jobledger.domain.jobs import JobStatus
+from jobledger.domain.policies import SEND_MARGIN_SHARE
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store
@@ -70,11 +73,12 @@ async def store_url(kind: str, tmp_path: Path) -> AsyncIterator[str]:
 
 
 class Workers:
-    def __init__(self, url: str, out: Path, delay_s: float) -> None:
+    def __init__(self, url: str, out: Path, delay_s: float, **env: str) -> None:
         self.url = url
         self.env = {
             **os.environ,
             **FAST_ENV,
+            **env,
             "LANES_OUT": str(out),
             "LANES_DELAY_S": str(delay_s),
             "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -247,3 +251,110 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
         assert versions == sorted(versions), f"{target} {chain} out of order: {versions}"
         if target == "mp:alo":
             assert versions == list(range(1, 11)), f"{chain}: {versions}"
+
+
+def order_violations(seen: list[dict[str, Any]], margin_s: float) -> list[str]:
+    """Per key, in the order the sends started (each line is appended as its send
+    starts, with the time), every delivery must be
+
+    * no further than one past the highest version delivered so far (no version goes
+      out before every earlier one went out at least once);
+    * after the same process's previous delivery: a later version (a process never
+      goes back on its own sends);
+    * after another process's delivery: the next version (a clean handoff: the old
+      owner finished its round and released the partition), or anything, but only once
+      `margin_s` has passed since that delivery: a takeover after the old owner's lease
+      lapsed, and an owner stops sending `margin_s` before its lease ends. A resend by
+      the new owner (rows whose outcomes the old one had not written yet) is fine.
+
+    An old owner still sending after a new one started shows as a version going back
+    or jumping ahead between two processes within the margin."""
+    last: dict[tuple[str, str], tuple[int, int, float]] = {}  # key -> (version, pid, t)
+    high: dict[tuple[str, str], int] = {}
+    bad: list[str] = []
+    for d in seen:
+        chain = (d["target"], d["key"])
+        version, pid, t = d["version"], d["pid"], d["t"]
+        top = high.get(chain, 0)
+        if version > top + 1:
+            bad.append(f"{chain}: v{version} by pid {pid} before v{top + 1}")
+        if chain in last:
+            prev_version, prev_pid, prev_t = last[chain]
+            if pid == prev_pid and version <= prev_version:
+                bad.append(f"{chain}: pid {pid} sent v{version} again after v{prev_version}")
+            elif pid != prev_pid and version != prev_version + 1 and t - prev_t < margin_s:
+                bad.append(
+                    f"{chain}: v{version} by pid {pid} {t - prev_t:.3f} s after"
+                    f" v{prev_version} by pid {prev_pid}: two owners at once"
+                )
+        last[chain] = (version, pid, t)
+        high[chain] = max(top, version)
+    return bad
+
+
+async def test_workers_joining_while_jobs_drain_never_interleave_a_key(
+    kind: str, tmp_path: Path
+) -> None:
+    """Issue 17 item 2: with short leases and workers joining mid-drain, partitions move
+    between processes while their rows go out. No process may send a row of a partition
+    after its lease (less the safety margin) ran out, so no key is ever delivered by two
+    processes at once: every delivery of a key is its next version, or a resend after a
+    takeover, and every version is delivered. Each worker blocks its event loop for
+    2.5 s once (a GC pause, a starved CPU), so its leases lapse mid-round and the others
+    take its partitions over while its sends are under way. The previous code, which
+    checked the lease once per round, failed this on both stores in every run (1,010 to
+    1,580 repeats of 3,000 rows, keys sent by two processes at once)."""
+    keys, versions = 50, 60
+    out = tmp_path / "out.jsonl"
+    async with store_url(kind, tmp_path) as url:
+        store = open_store(url)
+        await store.open()
+        engine = Engine(store, settings=Settings())
+        multiprocess_app.setup(engine)
+        workers = Workers(url, out, 0.002, LANES_STALL="2.5@400")  # each stalls once
+        try:
+            workers.spawn("w0", tmp_path / "w0.log")
+
+            async def one_owner() -> bool:
+                return sum((await lease_counts(store)).values()) == 64
+
+            await wait_until(one_owner, 60, "the first worker to own every partition")
+            async with engine.transaction() as tx:
+                for version in range(1, versions + 1):
+                    for key in range(keys):
+                        await engine.enqueue(
+                            "mp:alo", {"v": version}, tx=tx, key=f"k{key}", version=version
+                        )
+            total = keys * versions
+            for i, share in ((1, 0.1), (2, 0.3)):
+
+                async def progressed(share: float = share) -> bool:
+                    return len(deliveries(out)) >= total * share
+
+                await wait_until(progressed, 120, f"{share:.0%} of the deliveries")
+                workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
+
+            async def drained() -> bool:
+                return not await store.all_jobs()
+
+            await wait_until(drained, 180, "every row to be delivered")
+
+            async def all_joined() -> bool:  # each installed its SIGTERM handler
+                return len(await lease_counts(store)) == 3
+
+            await wait_until(all_joined, 60, "the three workers to hold partitions")
+            assert workers.stop_all() == [0, 0, 0]
+        finally:
+            workers.stop_all()
+            await store.close()
+
+    seen = deliveries(out)
+    count = Counter((d["key"], d["version"]) for d in seen)
+    missing = [(f"k{k}", v) for k in range(keys) for v in range(1, versions + 1)]
+    assert [kv for kv in missing if count[kv] == 0] == []
+    pids = {d["pid"] for d in seen}
+    assert len(pids) >= 2, "the joining workers took no partition while rows drained"
+    repeats = sum(n - 1 for n in count.values())
+    # the workers' margin is 0.5 s of the 2 s lease; a little less for the time reads
+    margin_s = 0.9 * float(FAST_ENV["JOBLEDGER_PARTITION_LEASE_S"]) * SEND_MARGIN_SHARE
+    assert order_violations(seen, margin_s) == [], f"{len(seen)} deliveries, {repeats} repeats"
