@@ -338,7 +338,16 @@ class MemoryStore(Store):
     async def get_job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
 
-    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
+    async def list_jobs(
+        self,
+        flt: JobFilter,
+        *,
+        offset: int,
+        limit: int,
+        before: str | None = None,
+        after: str | None = None,
+        count_limit: int | None = None,
+    ) -> tuple[list[Job], int]:
         rows = [
             j
             for j in self.jobs.values()
@@ -347,8 +356,16 @@ class MemoryStore(Store):
             and (flt.code is None or j.code == flt.code)
             and (flt.key is None or j.key == flt.key)
         ]
-        rows.sort(key=lambda j: j.id, reverse=True)
-        return rows[offset : offset + limit], len(rows)
+        total = len(rows) if count_limit is None else min(len(rows), count_limit)
+        page = [
+            j for j in rows if (before is None or j.id < before) and (after is None or j.id > after)
+        ]
+        page.sort(key=lambda j: j.id, reverse=after is None)
+        return page[offset : offset + limit], total
+
+    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
+        wanted = set(keys)
+        return [e for e in self.log if (e.stream, e.version) in wanted]
 
     async def all_jobs(self) -> list[Job]:
         return sorted(self.jobs.values(), key=lambda j: j.id)

@@ -187,8 +187,25 @@ class Store(abc.ABC):
     async def get_job(self, job_id: str) -> Job | None: ...
 
     @abc.abstractmethod
-    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
-        """Newest first (by creation, then id); returns (page, total)."""
+    async def list_jobs(
+        self,
+        flt: JobFilter,
+        *,
+        offset: int,
+        limit: int,
+        before: str | None = None,
+        after: str | None = None,
+        count_limit: int | None = None,
+    ) -> tuple[list[Job], int]:
+        """Newest first (by id, which is time-ordered); returns (page, total).
+
+        Keyset paging (the admin listing's cost must not grow with the table): `before`
+        keeps rows whose id is smaller, newest first; `after` keeps rows whose id is
+        larger and returns them **oldest first** (the page before a cursor, or the oldest
+        matching row with `after=""`). `total` counts every row matching `flt` (cursors
+        aside), but at most `count_limit` of them when given (0: no count at all), so
+        a bounded caller never pays for a full `count(*)`.
+        """
 
     @abc.abstractmethod
     async def all_jobs(self) -> list[Job]: ...
@@ -203,6 +220,20 @@ class Store(abc.ABC):
     # --- the log -------------------------------------------------------------------------
     @abc.abstractmethod
     async def read_stream(self, stream: str) -> list[Event]: ...
+
+    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
+        """The events at the given (stream, version) places that exist, in any order.
+
+        Projections that need a job's target and code (only its JobEnqueued, version 1,
+        carries them) or the event before the first one of a page look them up here, one
+        round trip per page, instead of keeping a map per open job. Adapters serve it from
+        their (stream, version) unique index; this default reads the streams one by one.
+        """
+        wanted = set(keys)
+        found: list[Event] = []
+        for stream in sorted({stream for stream, _ in wanted}):
+            found.extend(e for e in await self.read_stream(stream) if (stream, e.version) in wanted)
+        return found
 
     @abc.abstractmethod
     async def read_log(self, after: int, *, limit: int) -> list[Event]:

@@ -489,7 +489,16 @@ class SqliteStore(Store):
 
         return await self._read(work)
 
-    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
+    async def list_jobs(
+        self,
+        flt: JobFilter,
+        *,
+        offset: int,
+        limit: int,
+        before: str | None = None,
+        after: str | None = None,
+        count_limit: int | None = None,
+    ) -> tuple[list[Job], int]:
         where: list[str] = []
         params: list[Any] = []
         for column, value in (
@@ -502,18 +511,24 @@ class SqliteStore(Store):
                 where.append(f"{_q(column)} = ?")
                 params.append(str(value))
         clause = f" WHERE {' AND '.join(where)}" if where else ""
+        cursor = [(c, v) for c, v in (("id < ?", before), ("id > ?", after)) if v is not None]
+        page_where = " AND ".join([*where, *(c for c, _ in cursor)])
+        page_sql = (
+            f"{_JOB_SELECT}{' WHERE ' + page_where if page_where else ''}"
+            f" ORDER BY id {'ASC' if after is not None else 'DESC'} LIMIT ? OFFSET ?"
+        )
+        page_params = [*params, *(v for _, v in cursor), limit, offset]
+        if count_limit is None:
+            count_sql, count_params = f"SELECT count(*) FROM jobs{clause}", params
+        else:
+            count_sql = f"SELECT count(*) FROM (SELECT 1 FROM jobs{clause} LIMIT ?)"
+            count_params = [*params, count_limit]
 
         def work(conn: sqlite3.Connection) -> tuple[list[Job], int]:
             conn.execute("BEGIN")  # one snapshot for the page and the total
             try:
-                page = [
-                    _job(r)
-                    for r in conn.execute(
-                        f"{_JOB_SELECT}{clause} ORDER BY id DESC LIMIT ? OFFSET ?",
-                        (*params, limit, offset),
-                    )
-                ]
-                total = conn.execute(f"SELECT count(*) FROM jobs{clause}", params).fetchone()[0]
+                page = [_job(r) for r in conn.execute(page_sql, page_params)]
+                total = conn.execute(count_sql, count_params).fetchone()[0]
             finally:
                 conn.execute("COMMIT")
             return page, int(total)
@@ -541,6 +556,21 @@ class SqliteStore(Store):
     async def read_stream(self, stream: str) -> list[Event]:
         sql = f"{_EVENT_SELECT} WHERE stream = ? ORDER BY version"
         return await self._read(lambda c: [_event(r) for r in c.execute(sql, (stream,))])
+
+    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
+        places = list(dict.fromkeys(keys))
+
+        def work(conn: sqlite3.Connection) -> list[Event]:
+            found: list[Event] = []
+            for start in range(0, len(places), 400):
+                chunk = places[start : start + 400]
+                values = ", ".join("(?, ?)" for _ in chunk)
+                sql = f"{_EVENT_SELECT} WHERE (stream, version) IN (VALUES {values})"
+                flat = [item for place in chunk for item in place]
+                found.extend(_event(r) for r in conn.execute(sql, flat))
+            return found
+
+        return await self._read(work)
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
         # one writer at a time: a position is only ever handed out after every smaller

@@ -315,6 +315,24 @@ def list_jobs_query(flt: JobFilter) -> Doc:
     return query
 
 
+def list_jobs_page(
+    query: Doc, *, before: str | None = None, after: str | None = None
+) -> tuple[Doc, int]:
+    """The page filter with the keyset cursors on `_id`, and its sort direction."""
+    bounds: Doc = {}
+    if before is not None:
+        bounds["$lt"] = before
+    if after is not None:
+        bounds["$gt"] = after
+    page = {**query, "_id": bounds} if bounds else dict(query)
+    return page, 1 if after is not None else -1
+
+
+def events_at_query(places: Sequence[tuple[str, int]]) -> Doc:
+    """Events at (stream, version) places: each branch is served by `stream_version`."""
+    return {"$or": [{"stream": stream, "version": version} for stream, version in places]}
+
+
 # --- coordination -------------------------------------------------------------------------
 
 

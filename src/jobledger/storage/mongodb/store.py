@@ -321,10 +321,25 @@ class MongoStore(Store):
         doc = await self.db.jobs.find_one({"_id": job_id})
         return b.job_from_doc(doc) if doc else None
 
-    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
+    async def list_jobs(
+        self,
+        flt: JobFilter,
+        *,
+        offset: int,
+        limit: int,
+        before: str | None = None,
+        after: str | None = None,
+        count_limit: int | None = None,
+    ) -> tuple[list[Job], int]:
         query = b.list_jobs_query(flt)
-        total = await self.db.jobs.count_documents(query)
-        cursor = self.db.jobs.find(query).sort("_id", -1).skip(offset).limit(limit)
+        if count_limit == 0:
+            total = 0
+        elif count_limit is None:
+            total = await self.db.jobs.count_documents(query)
+        else:
+            total = await self.db.jobs.count_documents(query, limit=count_limit)
+        page_query, order = b.list_jobs_page(query, before=before, after=after)
+        cursor = self.db.jobs.find(page_query).sort("_id", order).skip(offset).limit(limit)
         return [b.job_from_doc(d) async for d in cursor], int(total)
 
     async def all_jobs(self) -> list[Job]:
@@ -340,6 +355,13 @@ class MongoStore(Store):
     # --- the log ---------------------------------------------------------------------------
     async def read_stream(self, stream: str) -> list[Event]:
         cursor = self.db.events.find(b.stream_query(stream)).sort("version", 1)
+        return [b.event_from_doc(d) async for d in cursor]
+
+    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
+        places = list(dict.fromkeys(keys))
+        if not places:
+            return []
+        cursor = self.db.events.find(b.events_at_query(places))
         return [b.event_from_doc(d) async for d in cursor]
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:

@@ -27,14 +27,33 @@ class ReadModels(PgBase):
         )
         return found[0] if found else None
 
-    async def list_jobs(self, flt: JobFilter, *, offset: int, limit: int) -> tuple[list[Job], int]:
-        page_sql, count_sql, params = self.list_sql(flt)
+    async def list_jobs(
+        self,
+        flt: JobFilter,
+        *,
+        offset: int,
+        limit: int,
+        before: str | None = None,
+        after: str | None = None,
+        count_limit: int | None = None,
+    ) -> tuple[list[Job], int]:
+        page_sql, count_sql, params = self.list_sql(
+            flt, before=before, after=after, count_limit=count_limit
+        )
         page = await self._jobs(page_sql, {**params, "offset": offset, "limit": limit})
-        total = await self._value(count_sql, params)
+        total = await self._value(count_sql, params) if count_limit != 0 else 0
         return page, int(total)
 
-    def list_sql(self, flt: JobFilter) -> tuple[str, str, dict[str, Any]]:
-        """(page query, count query, parameters) of the admin listing, newest first.
+    def list_sql(
+        self,
+        flt: JobFilter,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        count_limit: int | None = None,
+    ) -> tuple[str, str, dict[str, Any]]:
+        """(page query, count query, parameters) of the admin listing, newest first
+        (`after`: oldest first), keyset cursors on the id, the count capped when asked.
 
         Only the filters given appear in the SQL, so each one can use its index.
         """
@@ -46,11 +65,26 @@ class ReadModels(PgBase):
                 where.append(f"{name} = %({name})s")
                 params[name] = str(value)
         cond = " AND ".join(where)
+        keyset = ""
+        if before is not None:
+            keyset += " AND id < %(before)s"
+            params["before"] = before
+        if after is not None:
+            keyset += " AND id > %(after)s"
+            params["after"] = after
         page = (
-            f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs WHERE {cond}"
-            " ORDER BY id DESC OFFSET %(offset)s LIMIT %(limit)s"
+            f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs WHERE {cond}{keyset}"
+            f" ORDER BY id {'ASC' if after is not None else 'DESC'}"
+            " OFFSET %(offset)s LIMIT %(limit)s"
         )
-        return page, f"SELECT count(*) FROM {self.s}.jobs WHERE {cond}", params
+        if count_limit is None:
+            return page, f"SELECT count(*) FROM {self.s}.jobs WHERE {cond}", params
+        params["count_limit"] = count_limit
+        count = (
+            f"SELECT count(*) FROM (SELECT 1 FROM {self.s}.jobs WHERE {cond}"
+            " LIMIT %(count_limit)s) AS capped"
+        )
+        return page, count, params
 
     async def all_jobs(self) -> list[Job]:
         return await self._jobs(f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs ORDER BY id")
@@ -74,6 +108,17 @@ class ReadModels(PgBase):
             f"SELECT {statements.EVENT_COLUMNS} FROM {self.s}.events WHERE stream = %s"
             " ORDER BY version",
             (stream,),
+        )
+        return [event_from_dict(r) for r in rows]
+
+    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
+        places = list(dict.fromkeys(keys))
+        if not places:
+            return []
+        rows = await self._rows(
+            f"SELECT {statements.EVENT_COLUMNS} FROM {self.s}.events"
+            " WHERE (stream, version) IN (SELECT * FROM unnest(%s::text[], %s::int[]))",
+            ([p[0] for p in places], [p[1] for p in places]),
         )
         return [event_from_dict(r) for r in rows]
 
