@@ -10,11 +10,15 @@ from typing import Any
 
 import pytest
 
+from jobledger.domain.enqueue_rules import MAX_HEADERS, MAX_TEXT_BYTES
 from jobledger.domain.errors import InvalidArgument, InvalidPayload, JobledgerError
+from jobledger.domain.jobs import Lane
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
 from tests.contract.conftest import Kit
 from tests.contract.helpers import FAST, enqueue
+
+LIMIT = MAX_TEXT_BYTES
 
 
 def circular() -> dict[str, Any]:
@@ -47,6 +51,14 @@ BAD: list[tuple[str, dict[str, Any], type[JobledgerError], str]] = [
     ("version a bool", {"version": True}, InvalidArgument, "version"),
     ("version text", {"version": "1"}, InvalidArgument, "version"),
     ("headers not text", {"headers": {"h": 1}}, InvalidArgument, "headers"),
+    ("empty key", {"key": ""}, InvalidArgument, "key must not be empty"),
+    ("key past the limit", {"key": "k" * (LIMIT + 1)}, InvalidArgument, "key is 513 bytes"),
+    ("utf-8 key past", {"key": "é" * (LIMIT // 2) + "k"}, InvalidArgument, "key is 513 bytes"),
+    ("dedupe past", {"dedupe_key": "d" * (LIMIT + 1)}, InvalidArgument, "dedupe_key is 513"),
+    ("code past the limit", {"code": "c" * (LIMIT + 1)}, InvalidArgument, "code is 513 bytes"),
+    ("header name past", {"headers": {"h" * (LIMIT + 1): "v"}}, InvalidArgument, "header name"),
+    ("header value past", {"headers": {"h": "v" * (LIMIT + 1)}}, InvalidArgument, "header 'h'"),
+    ("too many headers", {"headers": {f"h{i}": "v" for i in range(33)}}, InvalidArgument, "33"),
 ]
 
 
@@ -123,3 +135,50 @@ async def test_unusual_values_come_back_exactly_from_a_large_batch(
     assert all(f.inserted for f in flags)
     stored = sorted(await store.all_jobs(), key=lambda j: j.payload["n"])
     assert [repr(j.payload) for j in stored] == [repr(p) for p in payloads]
+
+
+async def test_texts_at_the_size_limit_are_stored_and_come_back(
+    store: Store, engine: Engine
+) -> None:
+    """Every limited text at exactly MAX_TEXT_BYTES bytes of UTF-8 (multi-byte too), and
+    MAX_HEADERS headers, are accepted and read back unchanged (PostgreSQL indexes key,
+    dedupe key and code; a 3,000-byte key aborted the caller's transaction there)."""
+    at_limit = "t" * (LIMIT - 2) + "é"  # 512 bytes, 511 characters
+    engine.targets.register(at_limit, Lane.FAST, _noop)
+    key = "é" * (LIMIT // 2)
+    headers = {f"h{i:02d}": "v" * LIMIT for i in range(MAX_HEADERS - 1)} | {"n" * LIMIT: "x"}
+    job = await enqueue(
+        engine,
+        at_limit,
+        {"ok": 1},
+        key=key,
+        dedupe_key="d" * LIMIT,
+        code="c" * LIMIT,
+        headers=headers,
+    )
+    assert (job.key, job.dedupe_key, job.code, job.target) == (
+        key,
+        "d" * LIMIT,
+        "c" * LIMIT,
+        at_limit,
+    )
+    assert job.headers == headers
+    (event,) = await store.read_stream(job.stream)
+    assert event.data["key"] == key and event.data["headers"] == headers
+
+
+async def test_a_target_name_past_the_limit_is_refused(
+    store: Store, engine: Engine, kit: Kit
+) -> None:
+    past = "t" * (LIMIT + 1)
+    engine.targets.register(past, Lane.FAST, _noop)
+    async with engine.transaction() as tx:
+        with pytest.raises(InvalidArgument, match="target is 513 bytes"):
+            await engine.enqueue(past, {"ok": 1}, tx=tx)
+        await kit.business_write(tx, "still mine")
+    assert await store.all_jobs() == []
+    assert await kit.business_count(store) == 1
+
+
+async def _noop(job: Any) -> None:
+    return None

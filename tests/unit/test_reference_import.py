@@ -130,3 +130,13 @@ async def test_import_is_idempotent_on_a_store() -> None:
     again = list(changes_from_reference_job(_doc()).changes)
     assert await store.apply(again) == [False]
     assert len(store.jobs) == 2 and len(store.log) == 3
+
+
+def test_an_empty_key_is_imported_as_no_key() -> None:
+    """Enqueue refuses key ""; a reference row that has one (the reference hashed it
+    as no key: "" is falsy) comes in without a key, so it chains with no other row."""
+    dedupe = "do_update_oms:x:1"
+    _, row = _events_and_row(_doc(key="", partition=None, dedupe_key=dedupe))
+    assert row is not None and row.key is None
+    assert row.partition == partition_of(None, dedupe)
+    assert row.order_key != ""

@@ -6,12 +6,25 @@ One rule for every store: what one of them cannot hold, none takes — U+0000 in
 range (MongoDB's BSON refuses them) and payload dicts with non-string keys (`json`
 would quietly turn `{1: "a"}` into `{"1": "a"}` on the SQL stores, the memory store
 would keep the int, and BSON refuses it inside the caller's transaction).
+
+One size limit for the texts the stores index or copy into every event: `key`,
+`dedupe_key`, `code`, the target's name, and each header name and value are at most
+MAX_TEXT_BYTES (512) bytes of UTF-8, and a job has at most MAX_HEADERS (32) headers.
+PostgreSQL refuses a B-tree index row over ~2,700 bytes (a 3,000-character key raised
+`ProgramLimitExceeded` inside the caller's transaction, whose commit then failed) and
+older MongoDB servers an index key over 1,024 bytes; SQLite took 1 MB keys. 512 bytes
+holds every key, dedupe key and code the engine makes (`<code>:<slot>`, uuids) with room.
+
+An empty `key` is refused too: the empty string is a key like any other, so it chained
+every keyless-looking job of a partition together (a failing one held the others). A job
+without an ordering key passes no key (None).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -26,6 +39,10 @@ _NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no
 #: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)
 _MAYBE_UNSTORABLE = re.compile(r"\\u0000|[0-9]{19}")
 _INT64 = range(-(1 << 63), 1 << 63)
+#: the size limit of key, dedupe_key, code, target and each header name and value
+MAX_TEXT_BYTES = 512
+#: the most headers one job carries
+MAX_HEADERS = 32
 
 
 def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
@@ -33,6 +50,10 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
     cannot be enqueued (the target's existence is the registry's to check)."""
     if item.key is not None and not isinstance(item.key, str):
         raise InvalidArgument(f"key must be a string, not {type(item.key).__name__}")
+    if item.key == "":
+        raise InvalidArgument(
+            "key must not be empty: pass no key (None) for a job without an ordering key"
+        )
     if item.dedupe_key is not None and (
         not isinstance(item.dedupe_key, str) or not item.dedupe_key
     ):
@@ -47,6 +68,7 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
     texts = (item.key, item.dedupe_key, item.code, *headers.keys(), *headers.values())
     if any(text and "\x00" in text for text in texts):
         raise InvalidArgument(_NUL_TEXT.format("key, dedupe_key, code and headers"))
+    _check_sizes(item, headers)
     try:
         body = _PAYLOAD_JSON.encode(item.payload)
     except (TypeError, ValueError) as exc:
@@ -61,6 +83,34 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
         problem = _unstorable(item.payload)
         if problem is not None:
             raise InvalidPayload(f"payload for {item.target!r}: {problem}")
+
+
+def _check_sizes(item: NewJob, headers: Mapping[str, str]) -> None:
+    """MAX_TEXT_BYTES for each identifying text and header, MAX_HEADERS headers."""
+    if len(headers) > MAX_HEADERS:
+        raise InvalidArgument(f"headers: {len(headers)} of them, over the limit of {MAX_HEADERS}")
+    named = (
+        ("key", item.key),
+        ("dedupe_key", item.dedupe_key),
+        ("code", item.code),
+        ("target", item.target),
+    )
+    for name, text in (*named, *(("header name", h) for h in headers)):
+        _check_size(name, text)
+    for header, value in headers.items():
+        _check_size(f"header {header[:40]!r}", value)
+
+
+def _check_size(name: str, text: str | None) -> None:
+    # a text of at most MAX_TEXT_BYTES / 4 characters cannot be longer in UTF-8
+    if text is None or len(text) <= MAX_TEXT_BYTES // 4:
+        return
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_TEXT_BYTES:
+        raise InvalidArgument(
+            f"{name} is {size} bytes of UTF-8, over the {MAX_TEXT_BYTES}-byte limit"
+            " (no store could index it)"
+        )
 
 
 def _string_keys_only(payload: Any) -> bool:
