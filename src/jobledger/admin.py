@@ -81,10 +81,15 @@ class JobAdmin:
         row = jobs.fold(history)
         if row is not None:
             return JobDetail(row, row.status.value, True, history)
-        last = jobs.fold(history[:-1])
+        # the closing event: the last one that is not a record of a late run
+        end = len(history)
+        while end > 1 and history[end - 1].type == EventType.JOB_REDELIVERED:
+            end -= 1
+        last = jobs.fold(history[: end - 1])
         if last is None:  # a stream cannot close before it opened
             raise NotFound(f"job {job_id} not found")
-        return JobDetail(last, CLOSED_STATUS.get(history[-1].type, "CLOSED"), False, history)
+        closing = history[end - 1].type
+        return JobDetail(last, CLOSED_STATUS.get(closing, "CLOSED"), False, history)
 
     async def _write(self, change: Change, job: Job, what: str) -> Any:
         (applied,) = await self.store.apply([change])

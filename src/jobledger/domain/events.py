@@ -35,6 +35,7 @@ class EventType:
     JOB_FAILED = "JobFailed"  # answered failure, retry scheduled
     JOB_DEFERRED = "JobDeferred"  # target unreachable, no attempt spent
     JOB_REQUEUED = "JobRequeued"  # in-flight mark dropped on takeover (at-least-once)
+    JOB_REDELIVERED = "JobRedelivered"  # a run whose outcome lost to another's (takeover)
     JOB_DEAD = "JobDead"
     JOB_RETRIED = "JobRetried"  # admin: DEAD → PENDING
     JOB_SKIPPED = "JobSkipped"  # admin skip of a DEAD row, or a late schedule slot

@@ -14,6 +14,7 @@ rebuilt one cannot disagree. State machine (reference §6, closing G2 and G6)::
     PENDING|RUNNING --JobDeferred--> PENDING, no attempt spent (target unreachable,
                                      or a marked row that was not sent)
     PENDING --JobRequeued--> PENDING, mark dropped (takeover, at-least-once)
+    (left) --JobRedelivered--> (left)           (a run whose outcome lost to another's)
     PENDING|RUNNING --JobDead--> DEAD
     DEAD --JobRetried--> PENDING, attempts 0                   (admin)
     DEAD --JobSkipped--> (leaves)                              (admin)
@@ -147,6 +148,9 @@ class Change:
     row: Any  # Job | Schedule | None — typed per read model by the helpers below
     dedupe_key: str | None = None  # set on a new job: insert nothing if already seen
     partition: int | None = None  # a job change's partition (lease guards, wake-ups)
+    #: events appended to a stream whose row already left the read model (a late run's
+    #: JobRedelivered): the compare-and-set is on the log's (stream, version) alone
+    closed_stream: bool = False
 
     @property
     def is_new(self) -> bool:
@@ -291,6 +295,8 @@ def apply(job: Job | None, event: Event) -> Job | None:
             traceparent=data.get("traceparent"),
             actor=event.actor,
         )
+    if event.type == EventType.JOB_REDELIVERED and job is None:
+        return None  # a late run's record, after the job left the queue
     if job is None:
         raise ValueError(f"{event.stream} v{event.version}: {event.type} before JobEnqueued")
     if event.type in _LEAVES_QUEUE:
@@ -512,6 +518,41 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
 def _dead(job: Job, stamp: Stamp, reason: str, error: str | None, attempts: int) -> Outcome:
     data = {"reason": reason, "error": error, "attempts": attempts}
     return Outcome(_change(job, stamp, (EventType.JOB_DEAD, data)), "dead", dead=True)
+
+
+def redelivered(
+    stream: str,
+    version: int,
+    last_hash: str,
+    *,
+    partition: int,
+    pod: str,
+    run: RunResult,
+    label: str,
+    stamp: Stamp,
+) -> Change:
+    """A run whose outcome lost its compare-and-set to another run's outcome that closed
+    the job (a new owner's resend after a takeover, or the old owner's late one), so the
+    log would not show this delivery at all. Appended after the closed stream's last
+    event (`version`, `last_hash`); it changes no row. Only written on this rare path,
+    never before a send: see docs/events.md, "Every delivery in the log"."""
+    data: dict[str, Any] = {
+        "pod": pod,
+        "result": label,
+        "duration_ms": round(run.duration_ms, 3),
+        "error": _error_text(run.error),
+    }
+    event = new_event(
+        stream,
+        version + 1,
+        EventType.JOB_REDELIVERED,
+        data,
+        at=stamp.at,
+        actor=stamp.actor,
+        trace_id=stamp.trace_id,
+        prev_hash=last_hash,
+    )
+    return Change(stream, version, (event,), None, partition=partition, closed_stream=True)
 
 
 def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:

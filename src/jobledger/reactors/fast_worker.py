@@ -126,6 +126,10 @@ class PartitionWorker:
             self._unwritten = []
             for item, ok in zip(ran, flags, strict=True):
                 self.lane.outcomes.finish(item.job, item.run, item.outcome, ok)
+                if not ok:
+                    await self.lane.outcomes.record_lost(
+                        item.job, item.run, item.outcome, self.lane.pod
+                    )
         if self._unreleased:  # compare-and-set: a release another writer beat is refused
             await self.lane.store.apply(self._unreleased)
             self._unreleased = []
@@ -307,6 +311,7 @@ class PartitionWorker:
             lane.outcomes.finish(item.job, item.run, item.outcome, ok)
             if not ok:
                 lost.add(item.job.id)
+                await lane.outcomes.record_lost(item.job, item.run, item.outcome, lane.pod)
         for release, ok in zip(releases, flags[len(ran) :], strict=False):
             if not ok:  # changed by someone else (a takeover): not ours to send
                 lost.add(release.stream.partition(":")[2])

@@ -222,6 +222,8 @@ class LongLane:
                 outcome = self.outcomes.judge(target, latest, run)
                 (ok,) = await self.store.apply([outcome.change])
             self.outcomes.finish(latest, run, outcome, ok)
+            if not ok:  # the claim was taken over: this run still goes in the log
+                await self.outcomes.record_lost(latest, run, outcome, self.pod)
         except Exception:
             self.current.pop(row.id, None)
             logger.exception("long lane: writing the outcome of job %s failed", row.id)

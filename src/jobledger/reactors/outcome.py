@@ -97,6 +97,38 @@ class OutcomePath:
         if applied and outcome.dead:
             self.dead(row or job, _reason_of(outcome), run.error)
 
+    async def record_lost(self, job: Job, run: RunResult, outcome: Outcome, pod: str) -> None:
+        """The handler ran, yet its outcome lost the compare-and-set to another run's.
+        When that other outcome closed the job, append a `JobRedelivered` after it, so
+        the log shows both deliveries. An open row is left alone: an event there would
+        move its stream under the run that owns it now and make that run's outcome
+        lose in turn; the `job run … result=lost` line is this delivery's only trace
+        then. Never raises into the lane."""
+        store = self.engine.store
+        stamp = Stamp(self.engine.clock.now(), SYSTEM, job.trace_id)
+        try:
+            for _ in range(3):  # a compare-and-set too: retry when the stream moved on
+                if await store.get_job(job.id) is not None:
+                    return
+                history = await store.read_stream(job.stream)
+                if not history:
+                    return
+                change = jobs.redelivered(
+                    job.stream,
+                    history[-1].version,
+                    history[-1].hash,
+                    partition=job.partition,
+                    pod=pod,
+                    run=run,
+                    label=outcome.label,
+                    stamp=stamp,
+                )
+                (ok,) = await store.apply([change])
+                if ok:
+                    return
+        except Exception:
+            run_log.exception("job %s: recording a redelivery failed", job.id)
+
     def log_run(
         self, job: Job, label: str, duration_ms: float, attempts: int, error: str | None
     ) -> None:

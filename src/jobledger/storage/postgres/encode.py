@@ -166,7 +166,9 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
                 "kind": kind,
                 "ident": ident,
                 "expected": change.expected_version,
-                "isnew": change.is_new,
+                # a closed stream's append is an insert like a new stream's first event:
+                # the log's unique (stream, version) refuses it if the stream moved on
+                "isnew": change.is_new or change.closed_stream,
                 "del": row is None,
                 "part": change.partition,
                 "lane": row.lane.value if isinstance(row, Job) else None,
@@ -179,7 +181,7 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
             schedules.append(schedule_to_dict(row))
         for n, event in enumerate(change.events):
             record = event_to_dict(event)
-            first_new = change.is_new and n == 0
+            first_new = (change.is_new or change.closed_stream) and n == 0
             record.pop("position")
             record["i"] = index
             record["slot"] = len(events)
