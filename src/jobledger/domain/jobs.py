@@ -35,7 +35,7 @@ from jobledger.domain.errors import InvalidStatus
 from jobledger.domain.events import GENESIS_HASH, Actor, Event, EventType, new_event
 from jobledger.domain.policies import retry_delay
 from jobledger.domain.records import fast_init
-from jobledger.domain.timeutil import at_ms, iso, parse_iso
+from jobledger.domain.timeutil import iso, parse_iso
 
 MAX_ERROR_CHARS = 2000
 
@@ -626,10 +626,6 @@ def expire(job: Job, stamp: Stamp, retention: timedelta) -> Change:
     return _change(
         job, stamp, (EventType.JOB_EXPIRED, {"retention_days": retention.total_seconds() / 86400})
     )
-
-
-def is_due(job: Job, now: datetime) -> bool:
-    return job.next_run_at <= at_ms(now)
 
 
 def carried_over(
