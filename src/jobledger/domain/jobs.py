@@ -34,7 +34,7 @@ from typing import Any
 from jobledger.domain.errors import InvalidStatus
 from jobledger.domain.events import GENESIS_HASH, Actor, Event, EventType, new_event
 from jobledger.domain.policies import retry_delay
-from jobledger.domain.records import fast_init
+from jobledger.domain.records import compile_generated, fast_init
 from jobledger.domain.timeutil import iso, parse_iso
 
 MAX_ERROR_CHARS = 2000
@@ -110,7 +110,9 @@ class Job:
         return self.key if self.key is not None else f"\x00{self.id}"
 
 
-_JOB_FIELD_NAMES = tuple(f.name for f in fields(Job))
+#: the job row's fields in their order: the one list every adapter's columns come from
+#: (storage.rows, the SQL tables, the BSON documents)
+JOB_FIELDS = tuple(f.name for f in fields(Job))
 
 #: the fields a transition may change; the others are the job's identity, fixed by its
 #: JobEnqueued (adapters rewrite only these on an update)
@@ -196,17 +198,32 @@ _LEAVES_QUEUE = frozenset(
 )
 
 
-def _compile_evolve() -> Callable[[Job, dict[str, Any]], Job]:
-    """`dataclasses.replace` for `Job` without its per-call field introspection (every
-    transition folds through it): built once, as `dataclasses` builds `__init__`, it reads
+def evolve_source() -> str:
+    """The source of `_evolve`: `dataclasses.replace` for `Job` without its per-call
+    field introspection (every transition folds through it). One argument per field,
+    in field order, positional as `Job(...)` takes them::
 
         def evolve(job, c):
-            return Job(c["id"] if "id" in c else job.id, c["code"] if "code" in c else ...)
+            return Job(
+                c["id"] if "id" in c else job.id,
+                c["code"] if "code" in c else job.code,
+                ...
+                c["closed_at"] if "closed_at" in c else job.closed_at,
+            )
+
+    `evolve(job, {"status": JobStatus.DEAD})` equals
+    `dataclasses.replace(job, status=JobStatus.DEAD)` (tests/unit/test_job_state_machine.py
+    compares the two for every field); `inspect.getsource(_evolve)` and tracebacks show
+    this text (`records.compile_generated` registers it as `<evolve Job>`).
     """
-    args = ", ".join(f"c[{name!r}] if {name!r} in c else job.{name}" for name in _JOB_FIELD_NAMES)
-    namespace: dict[str, Any] = {"Job": Job}
-    exec(f"def evolve(job, c):\n    return Job({args})\n", namespace)
-    evolve: Callable[[Job, dict[str, Any]], Job] = namespace["evolve"]
+    args = "".join(f"        c[{n!r}] if {n!r} in c else job.{n},\n" for n in JOB_FIELDS)
+    return f"def evolve(job, c):\n    return Job(\n{args}    )\n"
+
+
+def _compile_evolve() -> Callable[[Job, dict[str, Any]], Job]:
+    evolve: Callable[[Job, dict[str, Any]], Job] = compile_generated(
+        evolve_source(), {"Job": Job}, "evolve", "evolve Job"
+    )
     return evolve
 
 
