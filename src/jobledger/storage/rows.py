@@ -9,45 +9,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import fields
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from jobledger.domain.events import Actor, Event, actor_json
+from jobledger.domain.jobs import JOB_FIELDS as JOB_FIELDS  # the record's fields, re-exported
 from jobledger.domain.jobs import TRANSITION_FIELDS, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms
-
-JOB_FIELDS = (
-    "id",
-    "code",
-    "target",
-    "lane",
-    "key",
-    "partition",
-    "version",
-    "payload",
-    "dedupe_key",
-    "status",
-    "attempts",
-    "next_run_at",
-    "created_at",
-    "updated_at",
-    "stream_version",
-    "last_hash",
-    "headers",
-    "trace_id",
-    "traceparent",
-    "actor",
-    "last_error",
-    "dead_reason",
-    "claimed_by",
-    "claim_token",
-    "lease_until",
-    "inflight_token",
-    "running_code",
-    "closed_at",
-)
 
 SCHEDULE_FIELDS = (
     "code",
@@ -156,8 +125,6 @@ def job_transition_dict(job: Job) -> dict[str, Any]:
 _LANES: dict[str, Lane] = {lane.value: lane for lane in Lane}
 _STATUSES: dict[str, JobStatus] = {status.value: status for status in JobStatus}
 _ACTORS: dict[tuple[Any, Any, Any], Actor] = {}
-if tuple(f.name for f in fields(Job)) != JOB_FIELDS:  # job_from_dict builds by position
-    raise RuntimeError("storage.rows.JOB_FIELDS must list the Job fields in their order")
 
 
 def actor_from_json(data: Any) -> Actor | None:
