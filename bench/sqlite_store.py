@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jobledger.core.clock import FakeClock
 from jobledger.core.ids import new_id
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.jobs import Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.storage.sqlite import SqliteStore
@@ -25,7 +25,7 @@ from jobledger.storage.sqlite import SqliteStore
 def change(clock: FakeClock, n: int, key: str | None = None) -> jobs.Change:
     ident = new_id(int(clock.now().timestamp() * 1000))
     dedupe = f"d-{ident}"
-    return jobs.enqueued(
+    return job_commands.enqueued(
         job_id=ident,
         spec=NewJob("fast:t", {"n": n}, key=key),
         code="fast:t",

@@ -15,7 +15,7 @@ from typing import Any
 from jobledger.core import context
 from jobledger.core.clock import Clock
 from jobledger.core.ids import is_job_id
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.errors import InvalidStatus, NotFound
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import Change, Job, Stamp
@@ -100,15 +100,15 @@ class JobAdmin:
     async def retry(self, job_id: str) -> Job:
         """DEAD → PENDING, attempts 0, next run now."""
         job = await self._row(job_id)
-        row: Job = await self._write(jobs.retry(job, self._stamp()), job, "retry")
+        row: Job = await self._write(job_commands.retry(job, self._stamp()), job, "retry")
         return row
 
     async def skip(self, job_id: str) -> None:
         """DEAD → gone; the log keeps a JobSkipped with reason admin."""
         job = await self._row(job_id)
-        await self._write(jobs.skip(job, self._stamp()), job, "skip")
+        await self._write(job_commands.skip(job, self._stamp()), job, "skip")
 
     async def cancel(self, job_id: str) -> None:
         """PENDING and not in flight → gone (closes G2)."""
         job = await self._row(job_id)
-        await self._write(jobs.cancel(job, self._stamp()), job, "cancel")
+        await self._write(job_commands.cancel(job, self._stamp()), job, "cancel")

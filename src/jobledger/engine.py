@@ -21,7 +21,7 @@ from jobledger.core import context
 from jobledger.core.clock import Clock, SystemClock
 from jobledger.core.ids import new_id
 from jobledger.core.registry import TargetRegistry
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.enqueue_rules import check_new_job
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, NewJob, Stamp
@@ -146,7 +146,7 @@ class Engine:
         """The JobEnqueued change for `item`: its target's lane, its code (the target by
         default), its partition from `key`, or from the dedupe key when there is none."""
         dedupe = item.dedupe_key or job_id
-        return jobs.enqueued(
+        return job_commands.enqueued(
             job_id=job_id,
             spec=item,
             code=item.code or item.target,

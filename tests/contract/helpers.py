@@ -11,7 +11,7 @@ from typing import Any
 
 from jobledger.core.clock import FakeClock
 from jobledger.core.ids import new_id, new_token
-from jobledger.domain import jobs, schedules
+from jobledger.domain import job_commands, job_outcomes, jobs, schedules
 from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
@@ -61,7 +61,7 @@ def new_job(
     """A JobEnqueued change built by the domain, for feeding `apply` directly."""
     ident = job_id or new_id(int(clock.now().timestamp() * 1000))
     dedupe = dedupe_key or ident
-    return jobs.enqueued(
+    return job_commands.enqueued(
         job_id=ident,
         spec=NewJob(target, {"n": 1}, code, key, 0, dedupe_key),
         code=code or target,
@@ -73,32 +73,32 @@ def new_job(
 
 
 def claim(job: Job, clock: FakeClock, *, pod: str = "pod-a", exclusive: bool = False) -> Change:
-    return jobs.claim(
+    return job_commands.claim(
         job, token=new_token(), pod=pod, lease=LEASE, exclusive=exclusive, stamp=Stamp(clock.now())
     )
 
 
 def renew(job: Job, clock: FakeClock) -> Change:
-    return jobs.renew_lease(job, lease=LEASE, stamp=Stamp(clock.now()))
+    return job_commands.renew_lease(job, lease=LEASE, stamp=Stamp(clock.now()))
 
 
 def dispatch(job: Job, clock: FakeClock, *, pod: str = "pod-a") -> Change:
-    return jobs.dispatch(job, token=new_token(), pod=pod, stamp=Stamp(clock.now()))
+    return job_commands.dispatch(job, token=new_token(), pod=pod, stamp=Stamp(clock.now()))
 
 
 def succeed(job: Job, clock: FakeClock) -> Change:
-    return jobs.decide_outcome(
-        job, jobs.RunResult(jobs.Result.OK), _policy(), Stamp(clock.now())
+    return job_outcomes.decide_outcome(
+        job, job_outcomes.RunResult(job_outcomes.Result.OK), _policy(), Stamp(clock.now())
     ).change
 
 
 def kill(job: Job, clock: FakeClock) -> Change:
-    run = jobs.RunResult(jobs.Result.DEAD_NOW, error="rejected")
-    return jobs.decide_outcome(job, run, _policy(), Stamp(clock.now())).change
+    run = job_outcomes.RunResult(job_outcomes.Result.DEAD_NOW, error="rejected")
+    return job_outcomes.decide_outcome(job, run, _policy(), Stamp(clock.now())).change
 
 
-def _policy() -> jobs.OutcomePolicy:
-    return jobs.OutcomePolicy(jobs.DeliveryMode.AT_LEAST_ONCE, 6, (1, 2, 4, 8, 16))
+def _policy() -> job_outcomes.OutcomePolicy:
+    return job_outcomes.OutcomePolicy(jobs.DeliveryMode.AT_LEAST_ONCE, 6, (1, 2, 4, 8, 16))
 
 
 def declared_schedule(code: str, at: datetime) -> Change:

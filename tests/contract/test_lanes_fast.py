@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.errors import DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus, Stamp
@@ -295,7 +295,9 @@ async def test_takeover_requeues_a_marked_at_least_once_row(store: Store, clock:
     row = await store.get_job(job_id)
     assert row is not None
     # a previous owner marked it (say the target was at-most-once then) and died
-    await store.apply([jobs.dispatch(row, token="t1", pod="gone", stamp=Stamp(clock.now()))])
+    await store.apply(
+        [job_commands.dispatch(row, token="t1", pod="gone", stamp=Stamp(clock.now()))]
+    )
     await runtime.fast.take_over(P)
     row = await store.get_job(job_id)
     assert row is not None and row.inflight_token is None and row.status == JobStatus.PENDING
@@ -316,7 +318,7 @@ async def test_row_closed_by_another_writer_is_not_sent(store: Store, clock: Fak
         if job.id == ids[0]:  # while row 1 is out, row 2 is closed behind the pod's back
             other = await store.get_job(ids[1])
             assert other is not None
-            await store.apply([jobs.cancel(other, Stamp(clock.now()))])
+            await store.apply([job_commands.cancel(other, Stamp(clock.now()))])
 
     engine.targets.register("kafka:t", "fast", handler)
     runtime = pod(engine, "pod-a")

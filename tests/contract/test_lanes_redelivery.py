@@ -9,9 +9,10 @@ import asyncio
 
 from jobledger.admin import JobAdmin
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_outcomes
 from jobledger.domain.events import EventType
-from jobledger.domain.jobs import DeliveryMode, OutcomePolicy, Result, RunResult, Stamp
+from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
+from jobledger.domain.jobs import DeliveryMode, Stamp
 from jobledger.projections.jobs import JobsFold
 from jobledger.storage.port import Store
 from tests.contract.lanes_kit import Recorder, drain, enqueue, keys_in, make_engine, pod
@@ -70,10 +71,10 @@ async def test_a_late_record_is_a_compare_and_set_on_the_closed_stream(
     stamp = Stamp(clock.now())
     row = await store.get_job(job_id)
     assert row is not None
-    (done,) = await store.apply([jobs.decide_outcome(row, run, _policy(), stamp).change])
+    (done,) = await store.apply([job_outcomes.decide_outcome(row, run, _policy(), stamp).change])
     assert done
     last = (await store.read_stream(row.stream))[-1]
-    late = jobs.redelivered(
+    late = job_outcomes.redelivered(
         row.stream, last.version, last.hash,
         partition=row.partition, pod="pod-a", run=run, label="ok", stamp=stamp,
     )  # fmt: skip
@@ -95,7 +96,7 @@ async def test_an_open_row_owned_by_another_run_gets_no_record(
     row = await store.get_job(job_id)
     assert row is not None
     a = pod(engine, "pod-a")
-    stale = jobs.decide_outcome(row, RunResult(Result.OK), _policy(), Stamp(clock.now()))
+    stale = job_outcomes.decide_outcome(row, RunResult(Result.OK), _policy(), Stamp(clock.now()))
     await a.outcomes.record_lost(row, RunResult(Result.OK), stale, "pod-a")
     assert [e.type for e in await store.read_stream(row.stream)] == [EventType.JOB_ENQUEUED]
 

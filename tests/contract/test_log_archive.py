@@ -9,9 +9,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_outcomes, jobs
 from jobledger.domain.events import SYSTEM, Event, verify_chain
-from jobledger.domain.jobs import DeliveryMode, OutcomePolicy, Result, RunResult, Stamp
+from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
+from jobledger.domain.jobs import DeliveryMode, Stamp
 from jobledger.engine import Engine
 from jobledger.projections.archive import LogArchive
 from jobledger.projections.log import pages
@@ -35,7 +36,7 @@ async def _enqueue(engine: Engine, key: str) -> str:
 async def _finish(store: Store, clock: FakeClock, job_id: str, result: Result) -> None:
     job = await store.get_job(job_id)
     assert job is not None
-    outcome = jobs.decide_outcome(
+    outcome = job_outcomes.decide_outcome(
         job, RunResult(result, "boom"), POLICY, Stamp(clock.now(), SYSTEM)
     )
     assert await store.apply([outcome.change]) == [True]

@@ -23,17 +23,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
-from jobledger.domain.jobs import (
-    Change,
-    DeliveryMode,
-    Job,
-    NewJob,
-    OutcomePolicy,
-    Result,
-    RunResult,
-    Stamp,
-)
+from jobledger.domain import job_commands, job_outcomes
+from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
+from jobledger.domain.jobs import Change, DeliveryMode, Job, NewJob, Stamp
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
 
@@ -59,31 +51,31 @@ def engine_for(store: Store, clock: FakeClock) -> Engine:
 
 def _run(result: Result, policy: OutcomePolicy = AMO, error: str | None = None) -> Step:
     def step(job: Job, stamp: Stamp) -> Change:
-        return jobs.decide_outcome(job, RunResult(result, error), policy, stamp).change
+        return job_outcomes.decide_outcome(job, RunResult(result, error), policy, stamp).change
 
     return step
 
 
 def _dispatch(job: Job, stamp: Stamp) -> Change:
-    return jobs.dispatch(job, token=f"t{job.stream_version}", pod="pod-a", stamp=stamp)
+    return job_commands.dispatch(job, token=f"t{job.stream_version}", pod="pod-a", stamp=stamp)
 
 
 def _claim(job: Job, stamp: Stamp) -> Change:
-    return jobs.claim(
+    return job_commands.claim(
         job, token=f"c{job.stream_version}", pod="pod-b", lease=LEASE, exclusive=False, stamp=stamp
     )
 
 
 def _renew(job: Job, stamp: Stamp) -> Change:
-    return jobs.renew_lease(job, lease=LEASE, stamp=stamp)
+    return job_commands.renew_lease(job, lease=LEASE, stamp=stamp)
 
 
 def _take_over(job: Job, stamp: Stamp) -> Change:
-    return jobs.take_over(job, DeliveryMode.AT_LEAST_ONCE, stamp).change
+    return job_outcomes.take_over(job, DeliveryMode.AT_LEAST_ONCE, stamp).change
 
 
 def _reclaim(job: Job, stamp: Stamp) -> Change:
-    return jobs.reclaim_expired(
+    return job_outcomes.reclaim_expired(
         job,
         DeliveryMode.AT_LEAST_ONCE,
         token="r",
@@ -108,13 +100,13 @@ SCRIPTS: list[tuple[str, list[Step]]] = [
             _run(Result.ANSWERED, error="no"),
             _claim,
             _run(Result.DEAD_NOW, error="never"),
-            jobs.retry,
+            job_commands.retry,
             _claim,
             _run(Result.OK),
         ],
     ),
-    (FAST, [jobs.cancel]),
-    (FAST, [_run(Result.UNREACHABLE, error="down"), _run(Result.DEAD_NOW), jobs.skip]),
+    (FAST, [job_commands.cancel]),
+    (FAST, [_run(Result.UNREACHABLE, error="down"), _run(Result.DEAD_NOW), job_commands.skip]),
     (FAST, [_dispatch, _take_over, _dispatch, _run(Result.UNKNOWN, error="lost")]),
     (LONG, [_claim, _reclaim, _renew]),
     (FAST, []),

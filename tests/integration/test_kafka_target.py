@@ -17,7 +17,7 @@ import pytest
 
 from jobledger.core import context
 from jobledger.core.ids import new_id
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.errors import DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
@@ -39,7 +39,7 @@ def make_job(
     headers: dict[str, str] | None = None,
 ) -> Job:
     job_id = new_id()
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id=job_id,
         spec=NewJob(f"kafka:{topic}", payload, code, key, 0, None, headers),
         code=code or f"kafka:{topic}",

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import Actor, verify_chain
 from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.storage.postgres import PostgresStore
@@ -69,7 +69,7 @@ async def test_the_statement_and_the_copy_write_every_column_as_its_table_type(
 
 
 def opening(clock: FakeClock, n: int, dedupe: str) -> Change:
-    return jobs.enqueued(
+    return job_commands.enqueued(
         job_id=f"job-{n}",
         spec=NewJob("kafka:t", {"n": n}),
         code="kafka:t",
@@ -116,7 +116,7 @@ def batch(
             run_at=clock.now() + timedelta(seconds=k) if k % 3 == 0 else None,
         )
         out.append(
-            jobs.enqueued(
+            job_commands.enqueued(
                 job_id=f"{tag}-job-{k:04d}",
                 spec=spec,
                 code="kafka:t",

@@ -16,7 +16,7 @@ import pytest
 
 from jobledger.core.clock import FakeClock
 from jobledger.core.ids import new_id
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.storage.port import EVERYTHING, LeaseGuard, Wake
@@ -46,7 +46,7 @@ def new_job(
 ) -> Change:
     job_id = new_id(int(clock.now().timestamp() * 1000))
     dedupe_key = dedupe or job_id
-    return jobs.enqueued(
+    return job_commands.enqueued(
         job_id=job_id,
         spec=NewJob(target, payload, key=key),
         code=target,
@@ -170,19 +170,21 @@ async def test_apply_drops_losers_one_by_one_and_keeps_the_rest(
     assert await pg.apply(made) == [True] * 5
     rows: list[Job] = [c.row for c in made]
     stamp = Stamp(clock.now())
-    stale = jobs.dispatch(rows[1], token="t0", pod="p", stamp=stamp)
+    stale = job_commands.dispatch(rows[1], token="t0", pod="p", stamp=stamp)
     assert await pg.apply([stale]) == [True]
     batch = [
-        jobs.dispatch(rows[0], token="t1", pod="p", stamp=stamp),
-        jobs.dispatch(rows[1], token="t2", pod="p", stamp=stamp),  # stale: v1 is gone
+        job_commands.dispatch(rows[0], token="t1", pod="p", stamp=stamp),
+        job_commands.dispatch(rows[1], token="t2", pod="p", stamp=stamp),  # stale: v1 is gone
         new_job(clock, dedupe=rows[2].dedupe_key),  # a seen dedupe key
-        jobs.cancel(rows[3], stamp),  # leaves the queue
-        jobs.dispatch(rows[3], token="t3", pod="p", stamp=stamp),  # same stream, 2nd round: stale
+        job_commands.cancel(rows[3], stamp),  # leaves the queue
+        job_commands.dispatch(
+            rows[3], token="t3", pod="p", stamp=stamp
+        ),  # same stream, 2nd round: stale
     ]
     # a change after another on the same stream in one call applies in order
-    d4 = jobs.dispatch(rows[4], token="t4", pod="p", stamp=stamp)
+    d4 = job_commands.dispatch(rows[4], token="t4", pod="p", stamp=stamp)
     assert d4.row is not None
-    batch += [d4, jobs.cancel(Job(**{**_fields(d4.row), "inflight_token": None}), stamp)]
+    batch += [d4, job_commands.cancel(Job(**{**_fields(d4.row), "inflight_token": None}), stamp)]
     assert await pg.apply(batch) == [True, False, False, True, False, True, True]
     left = {j.id: j for j in await pg.all_jobs()}
     assert set(left) == {rows[0].id, rows[1].id, rows[2].id}
@@ -211,22 +213,24 @@ async def test_the_lease_guard_and_running_code_collisions_drop_only_their_chang
     assert await pg.take_partition(a.row.partition, "pod-1", now, now + timedelta(seconds=30))
     stamp = Stamp(now)
     guard = LeaseGuard("pod-1", now)
-    marks = [jobs.dispatch(c.row, token="t", pod="pod-1", stamp=stamp) for c in (a, b)]
+    marks = [job_commands.dispatch(c.row, token="t", pod="pod-1", stamp=stamp) for c in (a, b)]
     assert await pg.apply(marks, guard=guard) == [True, False]
     # an expired lease guards nothing any more
     later = LeaseGuard("pod-1", now + timedelta(seconds=31))
-    again = jobs.dispatch((await pg.get_job(a.row.id)), token="t2", pod="pod-1", stamp=stamp)  # type: ignore[arg-type]
+    again = job_commands.dispatch(
+        (await pg.get_job(a.row.id)), token="t2", pod="pod-1", stamp=stamp
+    )  # type: ignore[arg-type]
     assert await pg.apply([again], guard=later) == [False]
 
     longs = [new_job(clock, target="schedule:x", lane=Lane.LONG) for _ in range(3)]
     assert await pg.apply(longs) == [True] * 3
     claims = [
-        jobs.claim(
+        job_commands.claim(
             c.row, token=f"c{i}", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=stamp
         )
         for i, c in enumerate(longs)
     ]
-    plain = jobs.dispatch((await pg.get_job(b.row.id)), token="t", pod="p", stamp=stamp)  # type: ignore[arg-type]
+    plain = job_commands.dispatch((await pg.get_job(b.row.id)), token="t", pod="p", stamp=stamp)  # type: ignore[arg-type]
     assert await pg.apply([claims[0], claims[1], plain]) == [True, False, True]
     assert await pg.apply([claims[2]]) == [False]
     assert await pg.running_codes(now) == {"schedule:x"}
@@ -322,18 +326,19 @@ async def test_an_outcome_event_keeps_its_exact_number_text(
     """The apply statement carries event data as JSON text inside a jsonb parameter and
     stores that text as json: numbers jsonb would rewrite (1e+20, -0.0) still verify."""
     from jobledger.domain.events import SYSTEM, verify_chain
-    from jobledger.domain.jobs import DeliveryMode, OutcomePolicy, Result, RunResult
+    from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
+    from jobledger.domain.jobs import DeliveryMode
 
     opened = new_job(clock, payload={"n": 1})
     await pg.apply([opened])
     policy = OutcomePolicy(DeliveryMode.AT_LEAST_ONCE, 6, (1.0,))
     stamp = Stamp(clock.now(), SYSTEM, "t")
-    failed = jobs.decide_outcome(
+    failed = job_outcomes.decide_outcome(
         opened.row, RunResult(Result.ANSWERED, error="é ✓", duration_ms=1e20), policy, stamp
     )
     assert await pg.apply([failed.change]) == [True]
     assert isinstance(failed.change.row, Job)
-    done = jobs.decide_outcome(
+    done = job_outcomes.decide_outcome(
         failed.change.row, RunResult(Result.OK, duration_ms=-0.0), policy, stamp
     )
     assert await pg.apply([done.change]) == [True]

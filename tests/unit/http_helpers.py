@@ -16,9 +16,10 @@ from jobledger.admin import JobAdmin
 from jobledger.config.api_keys import parse_api_keys
 from jobledger.core import context
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes, jobs
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.jobs import Job, Result, RunResult, Stamp
+from jobledger.domain.job_outcomes import Result, RunResult
+from jobledger.domain.jobs import Job, Stamp
 from jobledger.engine import Engine
 from jobledger.http.app import create_app
 from jobledger.http.auth import ApiKeys
@@ -65,8 +66,8 @@ class World:
 
     async def dead(self, target: str = "mail:welcome", **kw: Any) -> str:
         job_id = await self.enqueue(target, **kw)
-        policy = jobs.OutcomePolicy(jobs.DeliveryMode.AT_MOST_ONCE, 6, (1, 2))
-        outcome = jobs.decide_outcome(
+        policy = job_outcomes.OutcomePolicy(jobs.DeliveryMode.AT_MOST_ONCE, 6, (1, 2))
+        outcome = job_outcomes.decide_outcome(
             await self.job(job_id), RunResult(Result.DEAD_NOW, "boom"), policy, self.stamp()
         )
         assert (await self.store.apply([outcome.change])) == [True]
@@ -74,7 +75,7 @@ class World:
 
     async def running(self, target: str = "report:build", **kw: Any) -> str:
         job_id = await self.enqueue(target, **kw)
-        change = jobs.claim(
+        change = job_commands.claim(
             await self.job(job_id),
             token="t" * 32,
             pod="pod-1",
@@ -87,7 +88,7 @@ class World:
 
     async def inflight(self, target: str = "kafka:orders", **kw: Any) -> str:
         job_id = await self.enqueue(target, **kw)
-        change = jobs.dispatch(
+        change = job_commands.dispatch(
             await self.job(job_id), token="f" * 32, pod="pod-1", stamp=self.stamp()
         )
         assert (await self.store.apply([change])) == [True]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.observability.alerts import AlertObserver, LogAlertHook
 
@@ -32,7 +32,7 @@ class Pager:
 
 
 def a_job() -> Job:
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id="1" * 32, spec=NewJob("kafka:orders", key="o-1"), code="order_update",
         lane=Lane.FAST, partition=1, dedupe_key="order_update:o-1:1", stamp=Stamp(T0),
     )  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import EventType
 from jobledger.domain.timeutil import iso
 from jobledger.storage.memory import MemoryStore
@@ -195,7 +195,7 @@ class RacingStore(MemoryStore):
         row = await super().get_job(job_id)
         if self.race and row is not None:
             self.race = False
-            competing = jobs.retry(row, jobs.Stamp(self.clock.now()))
+            competing = job_commands.retry(row, jobs.Stamp(self.clock.now()))
             assert await self.apply([competing]) == [True]
         return row
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import JOB_FIELDS, Job, JobStatus, Lane, NewJob, Stamp
 
@@ -18,7 +18,7 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
 def _job() -> Job:
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id="j1",
         spec=NewJob("kafka:t", {"n": 1}, key="k", version=3, headers={"h": "v"}),
         code="code",

@@ -23,21 +23,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes, jobs
 from jobledger.domain.errors import InvalidStatus
 from jobledger.domain.events import Event, verify_chain
-from jobledger.domain.jobs import (
-    Change,
-    DeliveryMode,
-    Job,
-    JobStatus,
-    Lane,
-    NewJob,
-    OutcomePolicy,
-    Result,
-    RunResult,
-    Stamp,
-)
+from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
+from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, NewJob, Stamp
 
 GONE = "GONE"  # left the queue (succeeded, skipped, cancelled, expired)
 LEASE = timedelta(minutes=5)
@@ -132,7 +122,7 @@ class JobMachine(RuleBasedStateMachine):
     )
     def enqueue(self, lane: Lane, mode: DeliveryMode, max_attempts: int) -> None:
         n = len(self.models)
-        change = jobs.enqueued(
+        change = job_commands.enqueued(
             job_id=f"{n:032x}",
             spec=NewJob("t", {"n": n}, key=f"k{n % 2}"),
             code="c",
@@ -158,7 +148,9 @@ class JobMachine(RuleBasedStateMachine):
             return
         m, row = self.models[i], self.rows[i]
         assert row is not None
-        command = lambda: jobs.dispatch(row, token=self.token(), pod="p", stamp=self.stamp())  # noqa: E731
+        command = lambda: job_commands.dispatch(  # noqa: E731
+            row, token=self.token(), pod="p", stamp=self.stamp()
+        )
         if m.status != JobStatus.PENDING.value:
             self.refused(i, command)
             return
@@ -175,7 +167,7 @@ class JobMachine(RuleBasedStateMachine):
         assert row is not None
         self.write(
             i,
-            jobs.claim(
+            job_commands.claim(
                 row, token=self.token(), pod="p", lease=LEASE, exclusive=False, stamp=self.stamp()
             ),
         )
@@ -188,7 +180,7 @@ class JobMachine(RuleBasedStateMachine):
             return
         m, row = self.models[i], self.rows[i]
         assert row is not None
-        command = lambda: jobs.renew_lease(row, lease=LEASE, stamp=self.stamp())  # noqa: E731
+        command = lambda: job_commands.renew_lease(row, lease=LEASE, stamp=self.stamp())  # noqa: E731
         if m.status != JobStatus.RUNNING.value:
             self.refused(i, command)
             return
@@ -202,7 +194,7 @@ class JobMachine(RuleBasedStateMachine):
             return
         m, row = self.models[i], self.rows[i]
         assert row is not None
-        decided = jobs.decide_outcome(
+        decided = job_outcomes.decide_outcome(
             row, RunResult(result, "err", target_up), self.policy(i), self.stamp()
         )
         self.write(i, decided.change)
@@ -228,7 +220,7 @@ class JobMachine(RuleBasedStateMachine):
             return
         m, row = self.models[i], self.rows[i]
         assert row is not None
-        self.write(i, jobs.take_over(row, m.mode, self.stamp()).change)
+        self.write(i, job_outcomes.take_over(row, m.mode, self.stamp()).change)
         m.dead() if m.mode == DeliveryMode.AT_MOST_ONCE else m.pending()
 
     @rule(data=st.data())
@@ -239,7 +231,7 @@ class JobMachine(RuleBasedStateMachine):
             return
         m, row = self.models[i], self.rows[i]
         assert row is not None
-        outcome = jobs.reclaim_expired(
+        outcome = job_outcomes.reclaim_expired(
             row,
             m.mode,
             token=self.token(),
@@ -267,10 +259,10 @@ class JobMachine(RuleBasedStateMachine):
         assert row is not None
         stamp = self.stamp()
         call = {
-            "retry": lambda: jobs.retry(row, stamp),
-            "skip": lambda: jobs.skip(row, stamp),
-            "expire": lambda: jobs.expire(row, stamp, timedelta(days=30)),
-            "cancel": lambda: jobs.cancel(row, stamp),
+            "retry": lambda: job_commands.retry(row, stamp),
+            "skip": lambda: job_commands.skip(row, stamp),
+            "expire": lambda: job_commands.expire(row, stamp, timedelta(days=30)),
+            "cancel": lambda: job_commands.cancel(row, stamp),
         }[command]
         if command == "cancel":
             allowed = m.status == JobStatus.PENDING.value and not m.inflight

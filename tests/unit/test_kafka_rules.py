@@ -12,7 +12,7 @@ import pytest
 
 from jobledger.core.context import RequestContext
 from jobledger.core.ids import new_id
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.errors import ConfigError, DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane, NewJob, Stamp
 from jobledger.targets.kafka_rules import (
@@ -46,7 +46,7 @@ def make_job(
     traceparent: str | None = None,
 ) -> Job:
     job_id = new_id()
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id=job_id,
         spec=NewJob(target, payload, code, key, 0, None, headers),
         code=code or target,
@@ -278,13 +278,13 @@ def test_each_class_maps_to_its_handler_signal() -> None:
 
 def test_signals_drive_the_outcome_path_as_the_reference_says() -> None:
     """The handler signals, read by the shared outcome path, give §5's outcomes."""
-    from jobledger.domain.jobs import OutcomePolicy, RunResult
-    from jobledger.domain.jobs import Result as R
+    from jobledger.domain.job_outcomes import OutcomePolicy, RunResult
+    from jobledger.domain.job_outcomes import Result as R
 
     job = make_job(payload=1)
     stamp = Stamp(datetime(2026, 3, 2, 9, tzinfo=UTC))
 
-    def decide(failure: KafkaFailure, mode: DeliveryMode) -> jobs.Outcome:
+    def decide(failure: KafkaFailure, mode: DeliveryMode) -> job_outcomes.Outcome:
         exc = signal_for(failure, "t", kerr.RequestTimedOutError())
         result = {
             TargetUnreachable: R.UNREACHABLE,
@@ -293,7 +293,9 @@ def test_signals_drive_the_outcome_path_as_the_reference_says() -> None:
             KafkaAnswered: R.ANSWERED,
         }[type(exc)]
         run = RunResult(result, str(exc), getattr(exc, "target_up", False))
-        return jobs.decide_outcome(job, run, OutcomePolicy(mode, 6, (1, 2, 4, 8, 16)), stamp)
+        return job_outcomes.decide_outcome(
+            job, run, OutcomePolicy(mode, 6, (1, 2, 4, 8, 16)), stamp
+        )
 
     assert decide(KafkaFailure.NOT_SENT, AT_MOST).label == "deferred"
     timed_out = decide(KafkaFailure.TIMED_OUT, AT_MOST)

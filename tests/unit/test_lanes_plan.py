@@ -6,9 +6,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.errors import DeadNow, SkipRun, TargetOutcomeUnknown, TargetUnreachable
-from jobledger.domain.jobs import DeliveryMode, Job, JobStatus, Lane, NewJob, Result, Stamp
+from jobledger.domain.job_outcomes import Result
+from jobledger.domain.jobs import DeliveryMode, Job, JobStatus, Lane, NewJob, Stamp
 from jobledger.domain.lanes import TargetView, next_page_after, pick_long, plan_batch
 from jobledger.observability.observe import Observers
 from jobledger.reactors.outcome import classify
@@ -20,7 +21,7 @@ AMO = TargetView(DeliveryMode.AT_MOST_ONCE)
 
 
 def row(key: str, version: int = 0, target: str = "t", **changes: object) -> Job:
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id=f"{key}-{version}-{target}",
         spec=NewJob(target, key=key, version=version),
         code=target,

@@ -14,7 +14,7 @@ import pytest
 from jobledger.config.settings import Settings
 from jobledger.core import context
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.engine import Engine
 from jobledger.observability.alerts import AlertObserver
@@ -34,7 +34,7 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
 def a_job() -> Job:
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id="3" * 32, spec=NewJob("kafka:orders", key="o-9"), code="order_update",
         lane=Lane.FAST, partition=2, dedupe_key="order_update:o-9:4", stamp=Stamp(T0, None, "ef" * 16),
     )  # fmt: skip

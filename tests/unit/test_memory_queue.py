@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.jobs import Job, Stamp
 from jobledger.engine import Engine
 from jobledger.storage.memory import MemoryStore
@@ -20,7 +20,7 @@ async def listed(store: MemoryStore) -> list[str]:
 async def retry(store: MemoryStore, clock: FakeClock, job: Job) -> None:
     row = await store.get_job(job.id)
     assert isinstance(row, Job)
-    assert await store.apply([jobs.retry(row, Stamp(clock.now()))]) == [True]
+    assert await store.apply([job_commands.retry(row, Stamp(clock.now()))]) == [True]
 
 
 async def test_rows_that_leave_and_come_back_are_listed_once() -> None:

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.engine import Engine
 from jobledger.observability.logs import install_observers
@@ -29,7 +29,7 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
 def a_job(target: str = "kafka:orders", lane: Lane = Lane.FAST) -> Job:
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id="2" * 32, spec=NewJob(target), code="c", lane=lane, partition=0,
         dedupe_key="d", stamp=Stamp(T0),
     )  # fmt: skip

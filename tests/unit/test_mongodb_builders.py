@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import JobStatus, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
@@ -25,7 +25,7 @@ STAMP = Stamp(NOW, Actor("alice", "http", "admin"), "trace-1")
 
 def _new(target: str = "kafka:t", key: str | None = "DO-1", lane: Lane = Lane.FAST) -> jobs.Change:
     spec = NewJob(target, {"n": 1}, key=key, version=3, dedupe_key=f"d-{key}", headers={"h": "v"})
-    return jobs.enqueued(
+    return job_commands.enqueued(
         job_id="0" * 31 + "1",
         spec=spec,
         code="code",
@@ -96,14 +96,14 @@ def test_event_document_carries_dedupe_key_only_on_enqueue() -> None:
     assert enq["_id"] == 7 and enq["dedupe_key"] == "d-DO-1" and "position" not in enq
     back = b.event_from_doc(enq)
     assert back == change.events[0] and back.position == 7
-    dispatched = jobs.dispatch(change.row, token="tok", pod="pod-a", stamp=STAMP)
+    dispatched = job_commands.dispatch(change.row, token="tok", pod="pod-a", stamp=STAMP)
     doc = b.event_doc(dispatched.events[0], 8)
     assert "dedupe_key" not in doc
 
 
 def test_cas_query_names_row_and_expected_version() -> None:
     change = _new()
-    claimed = jobs.dispatch(change.row, token="t", pod="p", stamp=STAMP)
+    claimed = job_commands.dispatch(change.row, token="t", pod="p", stamp=STAMP)
     assert b.collection_of(claimed) == "jobs"
     assert b.cas_query(claimed) == {"_id": change.row.id, "stream_version": 1}
     assert b.row_document(claimed)["inflight_token"] == "t"
@@ -136,7 +136,7 @@ def test_schedule_change_goes_to_schedules() -> None:
 
 def test_running_code_conflict_only_for_exclusive_running_rows() -> None:
     job = _new(target="schedule:nightly", lane=Lane.LONG).row
-    exclusive = jobs.claim(
+    exclusive = job_commands.claim(
         job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=STAMP
     )
     assert b.running_code_conflict_query(exclusive) == {
@@ -144,7 +144,7 @@ def test_running_code_conflict_only_for_exclusive_running_rows() -> None:
         "running_code": "code",
         "_id": {"$ne": job.id},
     }
-    plain = jobs.claim(
+    plain = job_commands.claim(
         job, token="t", pod="p", lease=timedelta(minutes=5), exclusive=False, stamp=STAMP
     )
     assert b.running_code_conflict_query(plain) is None

@@ -16,7 +16,8 @@ import pytest
 import jobledger
 from jobledger.domain import records
 from jobledger.domain.events import SYSTEM, Event
-from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Outcome, Result, RunResult, Stamp
+from jobledger.domain.job_outcomes import Outcome, Result, RunResult
+from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Stamp
 from jobledger.domain.records import GENERATED, fast_init
 
 AT = datetime(2026, 11, 29, tzinfo=UTC)

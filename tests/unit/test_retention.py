@@ -7,9 +7,10 @@ from datetime import timedelta
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.events import EventType
-from jobledger.domain.jobs import Job, JobStatus, NewJob, Result, RunResult, Stamp
+from jobledger.domain.job_outcomes import Result, RunResult
+from jobledger.domain.jobs import Job, JobStatus, NewJob, Stamp
 from jobledger.projections.replay import replay
 from jobledger.projections.retention import Retention
 from jobledger.storage.port import Store
@@ -29,7 +30,9 @@ async def _enqueue(store: Store, clock: FakeClock, count: int, tag: str) -> list
 
 async def _kill(store: Store, clock: FakeClock, rows: list[Job]) -> list[Job]:
     stamp = Stamp(clock.now())
-    outcomes = [jobs.decide_outcome(j, RunResult(Result.DEAD_NOW, "bad"), AMO, stamp) for j in rows]
+    outcomes = [
+        job_outcomes.decide_outcome(j, RunResult(Result.DEAD_NOW, "bad"), AMO, stamp) for j in rows
+    ]
     assert await store.apply([o.change for o in outcomes]) == [True] * len(rows)
     return [o.change.row for o in outcomes]
 
@@ -62,7 +65,7 @@ async def test_dead_rows_expire_after_the_retention_period(store: Store, clock: 
 async def test_a_retried_row_is_not_expired(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
     dead = await _kill(store, clock, await _enqueue(store, clock, 2, "r"))
-    retried = jobs.retry(dead[0], Stamp(clock.now()))
+    retried = job_commands.retry(dead[0], Stamp(clock.now()))
     assert await store.apply([retried]) == [True]
     retention = Retention(store, clock=clock, settings=SETTINGS)
     assert await retention.run_once(t0 + timedelta(days=31)) == 1

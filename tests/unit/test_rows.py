@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from jobledger.domain.events import SYSTEM, new_event
-from jobledger.domain.jobs import TRANSITION_FIELDS, Job, Lane, NewJob, Stamp, enqueued
+from jobledger.domain.job_commands import enqueued
+from jobledger.domain.jobs import TRANSITION_FIELDS, Job, Lane, NewJob, Stamp
 from jobledger.storage.rows import (
     EVENT_FIELDS,
     JOB_FIELDS,

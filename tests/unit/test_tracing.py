@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from jobledger.config.settings import Settings
 from jobledger.core import context
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.engine import Engine
@@ -46,7 +46,7 @@ def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
 
 
 def job_with(traceparent: str | None) -> Job:
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id="0" * 32,
         spec=NewJob("kafka:orders", {"n": 1}, key="order-7"),
         code="order_update",

@@ -6,19 +6,10 @@ from __future__ import annotations
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.jobs import (
-    TRANSITION_FIELDS,
-    DeliveryMode,
-    Job,
-    Lane,
-    NewJob,
-    OutcomePolicy,
-    Result,
-    RunResult,
-    Stamp,
-)
+from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
+from jobledger.domain.jobs import TRANSITION_FIELDS, DeliveryMode, Job, Lane, NewJob, Stamp
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STAMP = Stamp(AT + timedelta(seconds=1), SYSTEM, "trace")
@@ -26,7 +17,7 @@ IDENTITY = [f.name for f in fields(Job) if f.name not in TRANSITION_FIELDS]
 
 
 def _pending(lane: Lane = Lane.FAST) -> Job:
-    change = jobs.enqueued(
+    change = job_commands.enqueued(
         job_id="0193abcd12347abc9def0123456789ab",
         spec=NewJob("kafka:t", {"n": 1}, key="k", version=2, headers={"h": "v"}),
         code="kafka:t",
@@ -43,8 +34,8 @@ def _pending(lane: Lane = Lane.FAST) -> Job:
 def _rows_after_every_transition() -> list[tuple[str, Job, Job]]:
     pending = _pending()
     long_pending = _pending(Lane.LONG)
-    marked = jobs.dispatch(pending, token="tok", pod="p", stamp=STAMP).row
-    claimed = jobs.claim(
+    marked = job_commands.dispatch(pending, token="tok", pod="p", stamp=STAMP).row
+    claimed = job_commands.claim(
         long_pending, token="c", pod="p", lease=timedelta(minutes=5), exclusive=True, stamp=STAMP
     ).row
     out: list[tuple[str, Job, Job]] = [
@@ -52,20 +43,24 @@ def _rows_after_every_transition() -> list[tuple[str, Job, Job]]:
         ("claim", long_pending, claimed),
     ]
     out.append(
-        ("renew", claimed, jobs.renew_lease(claimed, lease=timedelta(minutes=5), stamp=STAMP).row)
+        (
+            "renew",
+            claimed,
+            job_commands.renew_lease(claimed, lease=timedelta(minutes=5), stamp=STAMP).row,
+        )
     )
     policy = OutcomePolicy(DeliveryMode.AT_LEAST_ONCE, 2, (1.0,))
     for result in Result:
         run = RunResult(result, error="boom", duration_ms=1.0)
         for base in (marked, claimed):
-            row = jobs.decide_outcome(base, run, policy, STAMP).change.row
+            row = job_outcomes.decide_outcome(base, run, policy, STAMP).change.row
             if isinstance(row, Job):
                 out.append((f"outcome {result}", base, row))
     for mode in DeliveryMode:
-        row = jobs.take_over(marked, mode, STAMP).change.row
+        row = job_outcomes.take_over(marked, mode, STAMP).change.row
         if isinstance(row, Job):
             out.append((f"take_over {mode}", marked, row))
-        row = jobs.reclaim_expired(
+        row = job_outcomes.reclaim_expired(
             claimed,
             mode,
             token="c2",
@@ -76,11 +71,11 @@ def _rows_after_every_transition() -> list[tuple[str, Job, Job]]:
         ).change.row
         if isinstance(row, Job):
             out.append((f"reclaim {mode}", claimed, row))
-    dead = jobs.decide_outcome(
+    dead = job_outcomes.decide_outcome(
         marked, RunResult(Result.DEAD_NOW, error="x"), policy, STAMP
     ).change.row
     assert isinstance(dead, Job)
-    out.append(("retry", dead, jobs.retry(dead, STAMP).row))
+    out.append(("retry", dead, job_commands.retry(dead, STAMP).row))
     return [(name, before, after) for name, before, after in out if isinstance(after, Job)]
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobledger.domain import cron as cronlib
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
@@ -38,7 +38,7 @@ def slot_job(code: str, slot: datetime, *, job_id: str, partitions: int, stamp: 
     spec = NewJob(
         target=schedule_target(code), payload={"slot": iso(slot)}, code=code, dedupe_key=dedupe
     )
-    return jobs.enqueued(
+    return job_commands.enqueued(
         job_id=job_id,
         spec=spec,
         code=code,

@@ -2,7 +2,7 @@
 
 A DEAD row stays in the queue until an admin retries or skips it. Once it has been
 DEAD longer than `Settings.dead_retention_days` (judged by `closed_at`, the time of
-its JobDead), `Retention` writes a JobExpired event through `domain.jobs.expire`, and
+its JobDead), `Retention` writes a JobExpired event through `domain.job_commands.expire`, and
 the store removes the row in the same transaction. The job's history stays in the
 log. Each expiry is a compare-and-set on the stream's version, so a retry that races
 with retention wins or loses cleanly, and several pods may run retention at once.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from jobledger.config.settings import Settings
 from jobledger.core.clock import Clock, SystemClock
 from jobledger.core.context import new_trace_id
-from jobledger.domain import jobs
+from jobledger.domain import job_commands
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, JobStatus, Stamp
 from jobledger.projections.periodic import Periodic
@@ -86,7 +86,7 @@ class Retention:
         expired = 0
         for start in range(0, len(due), APPLY_BATCH):
             batch = due[start : start + APPLY_BATCH]
-            changes = [jobs.expire(job, stamp, self.retention) for job in batch]
+            changes = [job_commands.expire(job, stamp, self.retention) for job in batch]
             flags = await self.store.apply(changes)
             expired += sum(flags)
         if expired:

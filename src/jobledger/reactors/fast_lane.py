@@ -3,12 +3,12 @@
 
 `FastLane` is the pod's lane: it listens to the lease keeper (a partition acquired,
 renewed, lost, released), starts and stops a `fast_worker.PartitionWorker` per owned
-partition, routes wake-ups to them, and writes the in-flight marks (`jobs.dispatch`).
+partition, routes wake-ups to them, and writes the in-flight marks (`job_commands.dispatch`).
 The rounds themselves live in `fast_worker`, the paging and planning of a pass in
 `fast_pass`.
 
 When a pod acquires a partition it first judges the rows a previous owner left in
-flight (`jobs.take_over`): at-most-once → DEAD, at-least-once → requeued.
+flight (`job_outcomes.take_over`): at-most-once → DEAD, at-least-once → requeued.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from jobledger.core.ids import new_token
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.jobs import Change, Job, Lane, Outcome, Stamp
+from jobledger.domain.job_outcomes import Outcome
+from jobledger.domain.jobs import Change, Job, Lane, Stamp
 from jobledger.domain.lanes import TargetView
 from jobledger.reactors.commit import GroupCommitter
 from jobledger.reactors.fast_worker import PartitionWorker
@@ -92,12 +93,12 @@ class FastLane:
 
     def mark(self, job: Job) -> Change:
         stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
-        return jobs.dispatch(job, token=new_token(), pod=self.pod, stamp=stamp)
+        return job_commands.dispatch(job, token=new_token(), pod=self.pod, stamp=stamp)
 
     def unmark(self, job: Job, cause: str) -> Change:
         """Release the mark of a row that was marked and then not sent."""
         logger.info("partition %d: job %s marked, not sent (%s)", job.partition, job.id, cause)
-        return jobs.unmark(job, Stamp(self.clock.now(), SYSTEM, job.trace_id), cause)
+        return job_commands.unmark(job, Stamp(self.clock.now(), SYSTEM, job.trace_id), cause)
 
     # --- the lease keeper's listener -----------------------------------------------------
     async def acquired(self, partition: int, until: datetime) -> None:
@@ -173,7 +174,7 @@ class FastLane:
                 )
                 continue
             stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
-            decided.append((job, jobs.take_over(job, target.delivery_mode, stamp)))
+            decided.append((job, job_outcomes.take_over(job, target.delivery_mode, stamp)))
         if not decided:
             return
         flags = await self.store.apply(

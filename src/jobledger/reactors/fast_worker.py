@@ -4,7 +4,7 @@ fast_lane.worker.ts, §5, §9).
 `run()` waits for a wake-up (or its timers), then runs rounds until the pass over the
 partition's rows (`fast_pass.PartitionPass`) finds nothing more to send. One round:
 
-* at-most-once: the row's in-flight mark (`jobs.dispatch`) is written lease-guarded
+* at-most-once: the row's in-flight mark (`job_commands.dispatch`) is written lease-guarded
   before the send. Marks of every partition share commits (`GroupCommitter`), and a
   round's outcomes ride in the same commit as the partition's next mark. A mark that
   did not apply (lease lost, row closed by a takeover) means that row is not sent;
@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from jobledger.core.registry import Target
 from jobledger.core.tasks import run_each
-from jobledger.domain.jobs import Change, Job, JobStatus, Outcome, RunResult
+from jobledger.domain.job_outcomes import Outcome, RunResult
+from jobledger.domain.jobs import Change, Job, JobStatus
 from jobledger.domain.lanes import BatchPlan
 from jobledger.domain.policies import send_deadline
 from jobledger.reactors.fast_pass import PartitionPass

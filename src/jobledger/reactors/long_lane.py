@@ -1,8 +1,8 @@
 """The long lane: handlers that take minutes (reference long_lane.worker.ts, §6, §9).
 
-A reserve takes up to `long_batch` rows under one claim token (`jobs.claim`) with a
+A reserve takes up to `long_batch` rows under one claim token (`job_commands.claim`) with a
 `long_lease_s` lease; rows RUNNING past their lease are taken back through
-`jobs.reclaim_expired` (at-least-once → run again from the start, at-most-once → DEAD:
+`job_outcomes.reclaim_expired` (at-least-once → run again from the start, at-most-once → DEAD:
 the first run may have finished, closing G6). Each batch runs in a background task
 whose heartbeat renews the lease every `long_heartbeat_s`, so a 7-minute run is never
 reclaimed. Exclusive targets (every schedule) have at most one RUNNING row per code
@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 
 from jobledger.core.ids import new_token
 from jobledger.core.tasks import cancel_and_wait
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.jobs import Job, JobStatus, Lane, Outcome, Stamp
+from jobledger.domain.job_outcomes import Outcome
+from jobledger.domain.jobs import Job, JobStatus, Lane, Stamp
 from jobledger.domain.lanes import TargetView, pick_long
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.waiting import safety_poll_s, wait_for
@@ -155,7 +156,7 @@ class LongLane:
                 self.pauses.take_probe(job.target)
             job_stamp = Stamp(stamp.at, SYSTEM, job.trace_id)
             if job.status == JobStatus.RUNNING:
-                outcome = jobs.reclaim_expired(
+                outcome = job_outcomes.reclaim_expired(
                     job,
                     view.mode,
                     token=token,
@@ -165,7 +166,7 @@ class LongLane:
                     stamp=job_stamp,
                 )
             else:
-                change = jobs.claim(
+                change = job_commands.claim(
                     job,
                     token=token,
                     pod=self.pod,
@@ -242,7 +243,7 @@ class LongLane:
                 if not rows:
                     return
                 stamp = Stamp(self.clock.now(), SYSTEM, None)
-                changes = [jobs.renew_lease(r, lease=lease, stamp=stamp) for r in rows]
+                changes = [job_commands.renew_lease(r, lease=lease, stamp=stamp) for r in rows]
                 try:
                     flags = await self.store.apply(changes)
                 except Exception:

@@ -1,7 +1,7 @@
 """The one outcome path both lanes share (reference `JobOutcome`, §4 handler errors).
 
     run      the handler inside the job's context, its exception classified
-    decide   domain.jobs.decide_outcome with the target's policy (pure)
+    decide   domain.job_outcomes.decide_outcome with the target's policy (pure)
     finish   after the store applied (or refused) the change: pause or resume the target,
              one `job run` log line, observers, and the `job dead alert` on DEAD
 
@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 from jobledger.core import context
 from jobledger.core.registry import Target
-from jobledger.domain import jobs
+from jobledger.domain import job_outcomes
 from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.jobs import Job, Outcome, OutcomePolicy, Result, RunResult, Stamp
+from jobledger.domain.job_outcomes import Outcome, OutcomePolicy, Result, RunResult
+from jobledger.domain.jobs import Job, Stamp
 from jobledger.observability.logs import log_run_line, run_line_level
 from jobledger.observability.observe import RunRecord
 from jobledger.reactors.pause import PauseMap
@@ -80,7 +81,7 @@ class OutcomePath:
         the target's batch is skipped while the commit is still on its way.
         """
         stamp = Stamp(self.engine.clock.now(), SYSTEM, job.trace_id)
-        outcome = jobs.decide_outcome(job, run, self.policy(target, job), stamp)
+        outcome = job_outcomes.decide_outcome(job, run, self.policy(target, job), stamp)
         if outcome.pause_target:
             self.pauses.pause(job.target)
         elif run.result in (Result.OK, Result.ANSWERED, Result.SKIPPED):
@@ -113,7 +114,7 @@ class OutcomePath:
                 history = await store.read_stream(job.stream)
                 if not history:
                     return
-                change = jobs.redelivered(
+                change = job_outcomes.redelivered(
                     job.stream,
                     history[-1].version,
                     history[-1].hash,

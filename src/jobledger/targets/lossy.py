@@ -59,7 +59,7 @@ def lossy_job(
     at: datetime | None = None,
     ctx: context.RequestContext | None = None,
 ) -> Job:
-    """The `Job` a lossy handler receives: built by the same pure `jobs.enqueued` as a
+    """The `Job` a lossy handler receives: built by the same pure `job_commands.enqueued` as a
     stored job, so handlers cannot tell the difference; it is never written."""
     ctx = ctx or context.current()
     at = at or engine.clock.now()

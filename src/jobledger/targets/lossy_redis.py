@@ -2,7 +2,7 @@
 
 `install_lossy` (targets/lossy.py) picks this runner when `lossy_redis_url` is set. The
 stream carries each lossy job as the JSON of `to_message`; `from_message` rebuilds the
-same `Job` with the pure `jobs.enqueued`, so a handler cannot tell which pod enqueued it.
+same `Job` with the pure `job_commands.enqueued`, so a handler cannot tell which pod enqueued it.
 """
 
 from __future__ import annotations

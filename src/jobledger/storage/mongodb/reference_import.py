@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jobledger.domain import jobs
+from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Change, JobStatus, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
@@ -74,7 +74,7 @@ def changes_from_reference_job(doc: Mapping[str, Any], *, partitions: int = 64) 
         run_at=next_run_at if status == JobStatus.PENDING else None,
     )
     stamp = Stamp(created, _actor(doc.get("actor")), doc.get("trace_id"))
-    first = jobs.enqueued(
+    first = job_commands.enqueued(
         job_id=job_id_from_object_id(object_id, created),
         spec=spec,
         code=str(doc.get("code") or doc["target"]),
@@ -87,7 +87,7 @@ def changes_from_reference_job(doc: Mapping[str, Any], *, partitions: int = 64) 
     row = first.row
     assert row is not None
     closed = at_ms(doc.get("closed_at") or doc.get("updated_at") or created)
-    later = jobs.carried_over(
+    later = job_commands.carried_over(
         row,
         Stamp(
             closed if status == JobStatus.DEAD else at_ms(doc.get("updated_at") or created),

@@ -1,0 +1,185 @@
+"""The one outcome path of both lanes, pure (reference `JobOutcome`, §4, §5, §6):
+how a run ended (`Result`, `RunResult`), what follows from it (`decide_outcome`), and
+the judgements of rows a run left behind: a fast-lane row in flight at a takeover
+(`take_over`), a long-lane row whose lease expired (`reclaim_expired`), a run whose
+outcome lost to another's (`redelivered`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from jobledger.domain.events import EventType, new_event
+from jobledger.domain.job_commands import claim, dead_change, skip_slot
+from jobledger.domain.jobs import (
+    Change,
+    DeliveryMode,
+    Job,
+    Stamp,
+    append_events,
+    error_text,
+)
+from jobledger.domain.policies import retry_delay
+from jobledger.domain.records import fast_init
+from jobledger.domain.timeutil import iso
+
+
+class Result(enum.StrEnum):
+    """How one run ended, as the handler signalled it (reference §4 handler errors)."""
+
+    OK = "ok"
+    ANSWERED = "answered"  # any ordinary exception
+    UNREACHABLE = "unreachable"  # TargetUnreachable
+    UNKNOWN = "unknown"  # TargetOutcomeUnknown
+    DEAD_NOW = "dead_now"  # DeadNow / {dead_now: true}
+    SKIPPED = "skipped"  # SkipRun(reason): a late schedule slot
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    result: Result
+    error: str | None = None
+    target_up: bool = False
+    duration_ms: float = 0.0
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class OutcomePolicy:
+    """What the outcome path needs to know about the job's target."""
+
+    delivery_mode: DeliveryMode
+    max_attempts: int
+    retry_delays_minutes: tuple[float, ...]
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The decision for one run: the change to write and what it means for the target."""
+
+    change: Change
+    label: str  # the run log line's result= value
+    pause_target: bool = False
+    dead: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp) -> Outcome:
+    """Reference §5/§6: one function for both lanes.
+
+    ok → succeeded (leaves the queue); answered → attempts + 1 and backoff, DEAD at the
+    max; unreachable → no attempt spent, target paused; unknown → at-most-once DEAD (and
+    paused unless the target is up), at-least-once treated as unreachable; dead_now →
+    DEAD, pause state left as it is.
+    """
+    error = error_text(run.error)
+    if run.result == Result.OK:
+        data: dict[str, Any] = {"attempts": job.attempts, "duration_ms": round(run.duration_ms, 3)}
+        return Outcome(append_events(job, stamp, (EventType.JOB_SUCCEEDED, data)), "ok")
+    if run.result == Result.ANSWERED:
+        attempts = job.attempts + 1
+        if attempts >= policy.max_attempts:
+            return dead_outcome(job, stamp, "max_attempts", error, attempts)
+        next_run = stamp.at + retry_delay(attempts, policy.retry_delays_minutes)
+        failed: dict[str, Any] = {
+            "attempts": attempts,
+            "error": error,
+            "next_run_at": iso(next_run),
+        }
+        return Outcome(append_events(job, stamp, (EventType.JOB_FAILED, failed)), "failed")
+    if run.result == Result.DEAD_NOW:
+        return dead_outcome(job, stamp, "dead_now", error, job.attempts)
+    if run.result == Result.SKIPPED:
+        return Outcome(skip_slot(job, stamp, run.error or "skipped"), "skipped")
+    if run.result == Result.UNKNOWN and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
+        outcome = dead_outcome(job, stamp, "outcome_unknown", error, job.attempts)
+        return replace(outcome, pause_target=not run.target_up)
+    # unreachable, or an unknown outcome on an at-least-once target
+    reason = "unreachable" if run.result == Result.UNREACHABLE else "outcome_unknown"
+    deferred: dict[str, Any] = {"reason": reason, "error": error}
+    change = append_events(job, stamp, (EventType.JOB_DEFERRED, deferred))
+    return Outcome(change, "deferred", pause_target=True)
+
+
+def dead_outcome(job: Job, stamp: Stamp, reason: str, error: str | None, attempts: int) -> Outcome:
+    return Outcome(dead_change(job, stamp, reason, error, attempts), "dead", dead=True)
+
+
+def redelivered(
+    stream: str,
+    version: int,
+    last_hash: str,
+    *,
+    partition: int,
+    pod: str,
+    run: RunResult,
+    label: str,
+    stamp: Stamp,
+) -> Change:
+    """A run whose outcome lost its compare-and-set to another run's outcome that closed
+    the job (a new owner's resend after a takeover, or the old owner's late one), so the
+    log would not show this delivery at all. Appended after the closed stream's last
+    event (`version`, `last_hash`); it changes no row. Only written on this rare path,
+    never before a send: see docs/events.md, "Every delivery in the log"."""
+    data: dict[str, Any] = {
+        "pod": pod,
+        "result": label,
+        "duration_ms": round(run.duration_ms, 3),
+        "error": error_text(run.error),
+    }
+    event = new_event(
+        stream,
+        version + 1,
+        EventType.JOB_REDELIVERED,
+        data,
+        at=stamp.at,
+        actor=stamp.actor,
+        trace_id=stamp.trace_id,
+        prev_hash=last_hash,
+    )
+    return Change(stream, version, (event,), None, partition=partition, closed_stream=True)
+
+
+def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
+    """A fast-lane row left in flight by a dead or stalled owner (reference §9)."""
+    if mode == DeliveryMode.AT_MOST_ONCE:
+        return dead_outcome(
+            job, stamp, "in flight when its partition was taken over", job.last_error, job.attempts
+        )
+    requeued: dict[str, Any] = {
+        "reason": "in flight when its partition was taken over",
+        "token": job.inflight_token,
+    }
+    return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
+
+
+def reclaim_expired(
+    job: Job,
+    mode: DeliveryMode,
+    *,
+    token: str,
+    pod: str,
+    lease: timedelta,
+    exclusive: bool,
+    stamp: Stamp,
+) -> Outcome:
+    """Long lane: a RUNNING row whose lease expired (closes G6).
+
+    at-least-once → claimed again and run from the start; at-most-once → the first run
+    may have finished its side effect, so the row goes DEAD with that reason.
+    """
+    if mode == DeliveryMode.AT_MOST_ONCE:
+        return dead_outcome(
+            job,
+            stamp,
+            "lease expired while running; the first run may have finished",
+            job.last_error,
+            job.attempts,
+        )
+    change = claim(job, token=token, pod=pod, lease=lease, exclusive=exclusive, stamp=stamp)
+    return Outcome(change, "reclaimed")
