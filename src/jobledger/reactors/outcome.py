@@ -127,6 +127,7 @@ class OutcomePath:
                 (ok,) = await store.apply([change])
                 if ok:
                     return
+            run_log.info("job %s: a late run by %s was not recorded in the log", job.id, pod)
         except Exception:
             run_log.exception("job %s: recording a redelivery failed", job.id)
 
