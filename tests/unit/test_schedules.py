@@ -339,3 +339,17 @@ def test_fold_rejects_events_out_of_order() -> None:
     assert disabled is not None
     with pytest.raises(ValueError, match="before ScheduleDeclared"):
         sched.apply_schedule(None, disabled.events[0])
+
+
+def test_a_code_whose_slot_dedupe_keys_would_pass_the_size_limit_is_refused() -> None:
+    from jobledger.domain.enqueue_rules import MAX_TEXT_BYTES
+    from jobledger.domain.schedule_spec import MAX_CODE_BYTES
+    from jobledger.domain.schedule_tick import slot_dedupe_key
+
+    longest = "c" * MAX_CODE_BYTES
+    assert len(slot_dedupe_key(longest, T0).encode()) == MAX_TEXT_BYTES
+    make_spec(longest, "0 * * * *", timezone="UTC", missed_slot_policy=None,
+              runs_per_slot=3, now=T0, skip_max_interval=FIVE_MIN)  # fmt: skip
+    with pytest.raises(InvalidArgument, match="over 487 bytes"):
+        make_spec(longest + "c", "0 * * * *", timezone="UTC", missed_slot_policy=None,
+                  runs_per_slot=3, now=T0, skip_max_interval=FIVE_MIN)  # fmt: skip

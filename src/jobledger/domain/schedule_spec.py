@@ -10,8 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobledger.domain import cron as cronlib
+from jobledger.domain.enqueue_rules import MAX_TEXT_BYTES
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.schedule_row import MissedSlotPolicy
+
+#: the longest schedule code: `<code>:<slot ISO, 24 characters>` is a slot job's dedupe
+#: key, which must fit enqueue's size limit like every other (the tick writes it directly)
+MAX_CODE_BYTES = MAX_TEXT_BYTES - len(":2026-03-02T09:00:00.000Z")
 
 #: the row fields code owns: boot sync rewrites them when the declaration differs
 CODE_OWNED = ("cron", "timezone", "missed_slot_policy", "runs_per_slot")
@@ -48,6 +53,11 @@ def make_spec(
     """Validate a declaration: InvalidCron for a bad cron, InvalidArgument for the rest."""
     if not isinstance(code, str) or not code or code != code.strip() or ":" in code:
         raise InvalidArgument(f"schedule code {code!r} must be a non-empty name without ':'")
+    if len(code.encode("utf-8", "surrogatepass")) > MAX_CODE_BYTES:
+        raise InvalidArgument(
+            f"schedule code {code[:40]!r}… is over {MAX_CODE_BYTES} bytes: its slots' dedupe"
+            f" keys (<code>:<slot>) would pass enqueue's {MAX_TEXT_BYTES}-byte limit"
+        )
     cronlib.zone(timezone)
     text = cronlib.validate(cron, timezone, now)
     if missed_slot_policy is None:
