@@ -87,3 +87,22 @@ async def test_a_removed_event_is_reported(filled: MemoryStore) -> None:
     assert report.problems[0].startswith(f"{successor.stream} v{successor.version} ")
     assert report.problems[0].endswith(f"follows v{removed.version - 1}")
     assert report.problems[1].endswith(f"prev_hash does not name v{removed.version - 1}")
+
+
+@pytest.mark.parametrize("page", [1, 6, 2000])
+async def test_a_stream_whose_first_event_was_deleted_is_reported(
+    filled: MemoryStore, page: int
+) -> None:
+    # The archive removes whole streams only: a stream that starts above v1 lost events
+    # that no remaining link names (issue 17 item 6).
+    index = next(i for i, e in enumerate(filled.log) if e.version == 1)
+    removed = filled.log.pop(index)
+    filled.log[:] = [replace(e, position=i + 1) for i, e in enumerate(filled.log)]
+    first_kept = next(e for e in filled.log if e.stream == removed.stream)
+
+    report = await verify_log(filled, page=page)
+    assert report.problems == [
+        f"{first_kept.stream} v2 (position {first_kept.position}):"
+        " the stream starts here; v1..v1 are missing"
+    ]
+    assert not report.ok

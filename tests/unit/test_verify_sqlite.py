@@ -66,3 +66,21 @@ async def test_an_update_of_an_event_row_is_detected(
     assert report.problems == [
         f"{stream} v{version} (position {position}): content does not match its hash"
     ]
+
+
+async def test_a_deleted_first_event_fails_the_command(
+    tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.db"
+    await _filled(path, clock)
+    url = f"sqlite:///{path}"
+    with sqlite3.connect(path) as conn:
+        stream, position = conn.execute(
+            "SELECT stream, position FROM events WHERE version = 1 ORDER BY position LIMIT 1"
+        ).fetchone()
+        conn.execute("DELETE FROM events WHERE position = ?", (position,))
+
+    assert await asyncio.to_thread(main, ["--store", url, "verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"problem: {stream} v2 " in out
+    assert "the stream starts here; v1..v1 are missing" in out

@@ -249,15 +249,19 @@ def new_event(
     return Event(stream, version, type, data, at, actor, trace_id, prev_hash, digest)
 
 
-def verify_chain(events: Sequence[Event]) -> list[str]:
+def verify_chain(events: Sequence[Event], before: Mapping[str, Event] | None = None) -> list[str]:
     """Problems found in the per-stream hash chains of `events` (in log order).
 
+    `before` holds the newest event already checked of each stream (when a log is read a
+    page at a time): a stream found there continues its chain instead of starting one.
+
     Checks each event's own hash, that versions follow 1, 2, … within a stream, and
-    that each event names its predecessor's hash. A stream whose early events were
-    archived may start at a later version: its first kept event is trusted as given.
+    that each event names its predecessor's hash. A stream's first event must be v1:
+    the archive removes whole streams only, so a stream that starts above v1 lost its
+    first events (a deletion the chain of what remains cannot show).
     """
     problems: list[str] = []
-    last: dict[str, Event] = {}
+    last: dict[str, Event] = dict(before or {})
     for event in events:
         expected = event_hash(
             stream=event.stream,
@@ -278,7 +282,11 @@ def verify_chain(events: Sequence[Event]) -> list[str]:
                 problems.append(f"{where}: follows v{before.version}")
             if event.prev_hash != before.hash:
                 problems.append(f"{where}: prev_hash does not name v{before.version}")
-        elif event.version == 1 and event.prev_hash != GENESIS_HASH:
+        elif event.version != 1:
+            problems.append(
+                f"{where}: the stream starts here; v1..v{event.version - 1} are missing"
+            )
+        elif event.prev_hash != GENESIS_HASH:
             problems.append(f"{where}: first event names a predecessor")
         last[event.stream] = event
     return problems
