@@ -276,12 +276,12 @@ def verify_chain(events: Sequence[Event], before: Mapping[str, Event] | None = N
         where = f"{event.stream} v{event.version} (position {event.position})"
         if expected != event.hash:
             problems.append(f"{where}: content does not match its hash")
-        before = last.get(event.stream)
-        if before is not None:
-            if event.version != before.version + 1:
-                problems.append(f"{where}: follows v{before.version}")
-            if event.prev_hash != before.hash:
-                problems.append(f"{where}: prev_hash does not name v{before.version}")
+        previous = last.get(event.stream)
+        if previous is not None:
+            if event.version != previous.version + 1:
+                problems.append(f"{where}: follows v{previous.version}")
+            if event.prev_hash != previous.hash:
+                problems.append(f"{where}: prev_hash does not name v{previous.version}")
         elif event.version != 1:
             problems.append(
                 f"{where}: the stream starts here; v1..v{event.version - 1} are missing"
