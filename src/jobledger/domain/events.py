@@ -249,11 +249,12 @@ def new_event(
     return Event(stream, version, type, data, at, actor, trace_id, prev_hash, digest)
 
 
-def verify_chain(events: Sequence[Event], before: Mapping[str, Event] | None = None) -> list[str]:
+def verify_chain(events: Sequence[Event], last: dict[str, Event] | None = None) -> list[str]:
     """Problems found in the per-stream hash chains of `events` (in log order).
 
-    `before` holds the newest event already checked of each stream (when a log is read a
-    page at a time): a stream found there continues its chain instead of starting one.
+    `last` maps each stream to its newest event already checked, and is updated in place
+    (a log read a page at a time passes the same dict for every page): a stream found
+    there continues its chain instead of starting one.
 
     Checks each event's own hash, that versions follow 1, 2, … within a stream, and
     that each event names its predecessor's hash. A stream's first event must be v1:
@@ -261,7 +262,8 @@ def verify_chain(events: Sequence[Event], before: Mapping[str, Event] | None = N
     first events (a deletion the chain of what remains cannot show).
     """
     problems: list[str] = []
-    last: dict[str, Event] = dict(before or {})
+    if last is None:
+        last = {}
     for event in events:
         expected = event_hash(
             stream=event.stream,

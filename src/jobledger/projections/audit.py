@@ -1,9 +1,10 @@
 """The auditor's tools over the log: verify the hash chains, export events.
 
 `verify_log` checks every stream's chain with `domain.events.verify_chain` while
-reading the log a page at a time: the last event of each stream is passed on to the
-next page's check so a chain is checked across page boundaries (and a stream seen
-before is not taken for one that starts above v1), and a problem is reported once. `export_log` writes events as JSON Lines (`Event.to_json`) in log order.
+reading the log a page at a time: one map of each stream's last event is kept across
+pages so a chain is checked across page boundaries (and a stream seen before is not
+taken for one that starts above v1), and a problem is reported once. `export_log`
+writes events as JSON Lines (`Event.to_json`) in log order.
 """
 
 from __future__ import annotations
@@ -44,12 +45,10 @@ async def verify_log(store: Store, *, page: int = DEFAULT_PAGE) -> VerifyReport:
     last: dict[str, Event] = {}  # the newest event of each stream, carried across pages
     reported: set[str] = set()
     async for events in pages(store, page=page):
-        for problem in verify_chain(events, before=last):
+        for problem in verify_chain(events, last):
             if problem not in reported:
                 reported.add(problem)
                 report.problems.append(problem)
-        for event in events:
-            last[event.stream] = event
         report.events += len(events)
         report.position = events[-1].position or report.position
     report.streams = len(last)
