@@ -3,22 +3,44 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import JobStatus
 from jobledger.observability.observe import Observer
-from jobledger.projections.runner import ProjectionRunner, fold_events
-from jobledger.projections.stats import StatsProjection, hour_of, read_stats, stats_reactor
+from jobledger.projections.runner import ProjectionRunner
+from jobledger.projections.stats import (
+    StatsProjection,
+    hour_of,
+    minute_of,
+    read_stats,
+    stats_reactor,
+)
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.port import Store
 from tests.contract.test_replay_workload import FAST, LONG, engine_for, generate
 
 
 def fresh(store: MemoryStore, projection: StatsProjection | None = None) -> Any:
+    """The whole log folded in one page: no look-ups needed."""
     projection = projection or StatsProjection()
-    return fold_events(projection, projection.initial(), list(store.log))
+    return projection.apply_page(projection.initial(), list(store.log), {})
+
+
+async def store_counts(store: Store) -> dict[tuple[str, str, str], int]:
+    return dict(Counter((j.target, j.code, j.status.value) for j in await store.all_jobs()))
+
+
+def state_counts(state: Any) -> dict[tuple[str, str, str], int]:
+    return {
+        (target, code, status): n
+        for target, codes in state["open"].items()
+        for code, counts in codes.items()
+        for status, n in counts.items()
+    }
 
 
 class Lag(Observer):
@@ -42,8 +64,8 @@ async def test_incremental_catch_up_equals_a_fresh_replay(clock: FakeClock) -> N
     position, state = await store.load_checkpoint("stats")
     assert position == len(store.log)
     assert state == fresh(store)
-    # only jobs still in the queue keep their (target, code) entry
-    assert set(state["open"]) == {j.id for j in await store.all_jobs()}
+    # the open counters are the read model's, per target, code and status
+    assert state_counts(state) == await store_counts(store)
     assert lag.seen[-1] == ("stats", 0)
     assert max(n for _, n in lag.seen) == 7
 
@@ -91,7 +113,16 @@ async def test_queue_depth_and_oldest_pending_age(clock: FakeClock) -> None:
         assert queue[target]["running"] == sum(j.status == JobStatus.RUNNING for j in mine)
         assert queue[target]["dead"] == sum(j.status == JobStatus.DEAD for j in mine)
     assert queue[FAST]["pending"] == 2 and queue[FAST]["dead"] == 2
-    assert queue[LONG] == {"pending": 0, "running": 2, "dead": 0, "oldest_pending_age_s": None}
+    assert queue[LONG] == {
+        "pending": 0,
+        "running": 2,
+        "dead": 0,
+        "codes": {
+            "code0": {"pending": 0, "running": 1, "dead": 0},
+            "code2": {"pending": 0, "running": 1, "dead": 0},
+        },
+        "oldest_pending_age_s": None,
+    }
     assert queue[FAST]["oldest_pending_age_s"] == (clock.now() - enqueued_at).total_seconds()
 
 
@@ -179,6 +210,61 @@ async def test_the_checkpoint_round_trips_on_every_adapter(store: Store, clock: 
     position, state = await store.load_checkpoint("stats")
     projection = StatsProjection()
     assert position == events[-1].position
-    assert state == fold_events(projection, projection.initial(), events)
+    assert state == projection.apply_page(projection.initial(), events, {})
+    assert state_counts(state) == await store_counts(store)
     stats = await read_stats(store, clock.now())
     assert stats["totals"]["succeeded"] == 12 and stats["position"] == position
+
+
+async def test_the_state_stays_bounded_by_targets_not_jobs(store: Store, clock: FakeClock) -> None:
+    """Many open jobs (PENDING, RUNNING, DEAD) over two targets and three codes: the
+    checkpoint holds counters, not a map per job, and does not grow with the jobs."""
+    runner = ProjectionRunner(store, StatsProjection(), clock=clock, page=97)
+    sizes = []
+    for first, count in ((0, 400), (400, 2000)):
+        await generate(store, clock, jobs_count=count, first=first)
+        await runner.catch_up()
+        _, state = await store.load_checkpoint("stats")
+        sizes.append((set(state_counts(state)), len(json.dumps(state["open"]))))
+        # the whole checkpoint: counters and time buckets; 900 job ids alone are 28,800
+        assert len(json.dumps(state)) < 4000
+        text = json.dumps(state)
+        assert not any(job.id in text for job in await store.all_jobs())
+        assert state_counts(state) == await store_counts(store)
+    assert len(await store.all_jobs()) == 900  # 3 of every 8 jobs stay open
+    # 6x the open jobs: the same counters (targets, codes, statuses), a few more digits
+    assert sizes[0][0] == sizes[1][0] and len(sizes[0][0]) == 9
+    assert sizes[1][1] - sizes[0][1] < 20
+    stats = await read_stats(store, clock.now())
+    assert set(stats["queue"]) == {FAST, LONG}
+    assert stats["by_status"]["DEAD"] == sum(
+        j.status == JobStatus.DEAD for j in await store.all_jobs()
+    )
+
+
+async def test_a_checkpoint_of_the_old_layout_is_folded_again(clock: FakeClock) -> None:
+    store = MemoryStore()
+    await generate(store, clock, jobs_count=16)
+    await store.save_checkpoint("stats", len(store.log), {"open": {"x": ["t", "c"]}, "hours": {}})
+    position, state = await ProjectionRunner(store, StatsProjection()).state()
+    assert (position, state) == (0, StatsProjection().initial())
+    stats = await read_stats(store, clock.now())
+    assert stats["position"] == len(store.log)
+    assert stats["by_status"]["PENDING"] == sum(
+        j.status == JobStatus.PENDING for j in await store.all_jobs()
+    )
+
+
+async def test_per_minute_counts_of_the_last_hour(clock: FakeClock) -> None:
+    store = MemoryStore()
+    start = clock.now()
+    await generate(store, clock, jobs_count=8)
+    minutes = (await read_stats(store, clock.now()))["minutes"]
+    # each round of the workload runs one minute after the last
+    first_ok = minute_of(start + timedelta(minutes=2))
+    assert {"minute": first_ok, "target": FAST, "succeeded": 1}.items() <= next(
+        r for r in minutes if r["minute"] == first_ok and r["target"] == FAST
+    ).items()
+    assert sum(r["succeeded"] for r in minutes) == 3
+    clock.advance(hours=2)
+    assert (await read_stats(store, clock.now()))["minutes"] == []

@@ -101,6 +101,7 @@ SCHEDULE = _obj(
 _COUNTS = _obj({s.value: {"type": "integer", "minimum": 0} for s in JobStatus})
 _OUTCOME_PROPS = {o: {"type": "integer", "minimum": 0} for o in OUTCOMES.values()}
 _OUTCOMES = _obj(_OUTCOME_PROPS)
+_OPEN_PROPS = {s.value.lower(): {"type": "integer", "minimum": 0} for s in JobStatus}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -154,17 +155,19 @@ SCHEMAS: dict[str, Any] = {
             "position": {"type": "integer", "minimum": 0},
             "since": _STR,
             "hours": {"type": "array", "items": _ref("HourlyOutcomes")},
+            "minutes": {"type": "array", "items": _ref("MinuteOutcomes")},
             "totals": _OUTCOMES,
             "queue": {"type": "object", "additionalProperties": _ref("QueueDepth")},
             "by_status": _COUNTS,
         }
     ),
     "HourlyOutcomes": _obj({"hour": _STR, "target": _STR, "code": _STR, **_OUTCOME_PROPS}),
+    "MinuteOutcomes": _obj({"minute": _STR, "target": _STR, **_OUTCOME_PROPS}),
+    "OpenCounts": _obj(_OPEN_PROPS),
     "QueueDepth": _obj(
         {
-            "pending": {"type": "integer", "minimum": 0},
-            "running": {"type": "integer", "minimum": 0},
-            "dead": {"type": "integer", "minimum": 0},
+            **_OPEN_PROPS,
+            "codes": {"type": "object", "additionalProperties": _ref("OpenCounts")},
             "oldest_pending_age_s": {"type": ["number", "null"]},
         }
     ),

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from jobledger.core.clock import Clock, SystemClock
 from jobledger.core.tasks import cancel_and_wait
@@ -38,17 +39,49 @@ class Projection(Protocol):
     def apply(self, state: Any, event: Event) -> Any: ...
 
 
+@runtime_checkable
+class PagedProjection(Protocol):
+    """A fold that needs a few earlier events a page does not show (the stats
+    projection: a job's JobEnqueued and the event before the page). `places(events)`
+    names them as (stream, version); the runner reads them with one
+    `Store.read_events_at` call and passes those that exist to `apply_page`. A state
+    `accepts` refuses (an older layout) is folded again from the start of the log."""
+
+    name: str
+
+    def initial(self) -> Any: ...
+
+    def accepts(self, state: Any) -> bool: ...
+
+    def places(self, events: Sequence[Event]) -> list[tuple[str, int]]: ...
+
+    def apply_page(
+        self, state: Any, events: Sequence[Event], found: Mapping[tuple[str, int], Event]
+    ) -> Any: ...
+
+
 def fold_events(projection: Projection, state: Any, events: list[Event]) -> Any:
     for event in events:
         state = projection.apply(state, event)
     return state
 
 
+async def fold_page(
+    store: Store, projection: Projection | PagedProjection, state: Any, events: list[Event]
+) -> Any:
+    """Fold one page of the log, looking up what a paged projection asks for."""
+    if isinstance(projection, PagedProjection):
+        places = projection.places(events)
+        found = await store.read_events_at(places) if places else []
+        return projection.apply_page(state, events, {(e.stream, e.version): e for e in found})
+    return fold_events(projection, state, events)
+
+
 class ProjectionRunner:
     def __init__(
         self,
         store: Store,
-        projection: Projection,
+        projection: Projection | PagedProjection,
         *,
         clock: Clock | None = None,
         observer: Observer | None = None,
@@ -71,7 +104,11 @@ class ProjectionRunner:
 
     async def state(self) -> tuple[int, Any]:
         position, state = await self.store.load_checkpoint(self.name)
-        return position, (self.projection.initial() if state is None else state)
+        if state is None or (
+            isinstance(self.projection, PagedProjection) and not self.projection.accepts(state)
+        ):
+            return 0, self.projection.initial()
+        return position, state
 
     async def catch_up(self) -> int:
         """Fold every event after the checkpoint; returns how many were folded."""
@@ -82,7 +119,7 @@ class ProjectionRunner:
             if not events:
                 break
             self.observer.projection_lag(self.name, len(events))
-            state = fold_events(self.projection, state, events)
+            state = await fold_page(self.store, self.projection, state, events)
             last = events[-1].position
             if last is None or last <= position:
                 raise RuntimeError(f"{self.store.name}: read_log made no progress after {position}")

@@ -1,24 +1,36 @@
-"""The stats projection: hourly outcome counts per target and code, and the queue's depth.
+"""The stats projection: open jobs per target, code and status, and outcome counts per
+hour (per target and code) and per minute (per target).
 
-Closes reference gap G3's "no hourly counts". Counted from job events, by the hour of
-each event's own time (UTC):
+Counted from job events, by the time of each event (UTC):
 
     succeeded  JobSucceeded              failed     JobFailed (answered, will retry)
     dead       JobDead                   skipped    JobSkipped
     cancelled  JobCancelled              expired    JobExpired (retention)
 
-Only `JobEnqueued` carries a job's target and code, so the state keeps a compact map
-`job id -> [target, code]` for open jobs and drops an entry when its job leaves the
-queue (succeeded, skipped, cancelled, expired). A DEAD job stays open: it may be
-retried. Hour buckets older than `keep_hours` before the newest bucket are dropped,
-judged by event time, so the state stays small and a fresh replay gives the same one.
+**Bounded state.** The checkpoint holds counters only: `open[target][code][status]`
+(PENDING, RUNNING, DEAD), hour buckets of the last `keep_hours` and minute buckets of
+the last `keep_minutes` (judged by event time against the newest bucket). Its size
+grows with the number of targets and codes, never with the number of jobs: no map per
+open job (issue 16 item 6, issue 19 item 2).
 
-Queue depth and the oldest PENDING row's age per target are not history: `read_stats`
-computes them from the jobs read model at call time.
+Only a job's `JobEnqueued` (version 1) carries its target and code, and a transition's
+status *before* the event follows from the event just before it (each job event type
+leaves one status: `STATUS_AFTER`). The fold therefore works a page at a time: for each
+job stream whose first event in the page is not its `JobEnqueued`, it looks up version
+1 and the previous version with one `Store.read_events_at` call (the stores' (stream,
+version) unique index), and carries what it learns through the rest of the page. A fold
+of the whole log in one page needs no look-ups; the checkpointed fold equals it.
+
+The oldest PENDING row's age per target is not history: `read_stats` reads it at call
+time with one keyset query per target that has PENDING rows (the oldest id, as ids are
+time-ordered).
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +38,14 @@ from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import JobStatus
 from jobledger.domain.timeutil import at_ms, iso
 from jobledger.projections.runner import ProjectionRunner
-from jobledger.storage.port import Store
+from jobledger.storage.port import JobFilter, Store
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
 
 STATS = "stats"
+#: the checkpoint's layout; a checkpoint of another layout is folded again from the start
+LAYOUT = 2
 OUTCOMES: dict[str, str] = {
     EventType.JOB_SUCCEEDED: "succeeded",
     EventType.JOB_FAILED: "failed",
@@ -40,10 +54,29 @@ OUTCOMES: dict[str, str] = {
     EventType.JOB_CANCELLED: "cancelled",
     EventType.JOB_EXPIRED: "expired",
 }
-LEAVES = frozenset(
-    {EventType.JOB_SUCCEEDED, EventType.JOB_SKIPPED, EventType.JOB_CANCELLED, EventType.JOB_EXPIRED}
-)
-UNKNOWN = "?"  # target or code of a job whose JobEnqueued was not seen (archived log)
+PENDING, RUNNING, DEAD = JobStatus.PENDING.value, JobStatus.RUNNING.value, JobStatus.DEAD.value
+OPEN_STATUSES = (PENDING, RUNNING, DEAD)
+GONE = "GONE"  # left the queue
+UNKNOWN = "?"  # target, code or status the log no longer shows (an archived stream)
+#: the status a job is in right after an event of each type
+STATUS_AFTER: dict[str, str] = {
+    EventType.JOB_ENQUEUED: PENDING,
+    EventType.JOB_DISPATCHED: PENDING,  # a fast-lane mark on a PENDING row
+    EventType.JOB_CLAIMED: RUNNING,
+    EventType.JOB_LEASE_RENEWED: RUNNING,
+    EventType.JOB_FAILED: PENDING,
+    EventType.JOB_DEFERRED: PENDING,
+    EventType.JOB_REQUEUED: PENDING,
+    EventType.JOB_DEAD: DEAD,
+    EventType.JOB_RETRIED: PENDING,
+    EventType.JOB_SUCCEEDED: GONE,
+    EventType.JOB_SKIPPED: GONE,
+    EventType.JOB_CANCELLED: GONE,
+    EventType.JOB_EXPIRED: GONE,
+    EventType.JOB_REDELIVERED: GONE,  # only ever appended to a closed stream
+}
+
+Place = tuple[str, int]
 
 
 def hour_of(value: datetime) -> str:
@@ -51,53 +84,128 @@ def hour_of(value: datetime) -> str:
     return at_ms(value).strftime("%Y-%m-%dT%H:00Z")
 
 
-class StatsProjection:
-    """Pure fold. State (plain JSON, updated in place and returned)::
+def minute_of(value: datetime) -> str:
+    """The minute bucket of a time: `2026-03-02T09:41Z`."""
+    return at_ms(value).strftime("%Y-%m-%dT%H:%MZ")
 
-    {"open": {job_id: [target, code]},
-     "hours": {"2026-03-02T09:00Z": {target: {code: {"succeeded": 3, ...}}}}}
+
+def _bucket_time(bucket: str) -> datetime:
+    return datetime.fromisoformat(bucket.replace("Z", "+00:00"))
+
+
+class StatsProjection:
+    """A paged fold (see `projections.runner.PagedProjection`). State, plain JSON::
+
+    {"layout": 2,
+     "open": {target: {code: {"PENDING": 3, "RUNNING": 1, "DEAD": 2}}},
+     "hours": {"2026-03-02T09:00Z": {target: {code: {"succeeded": 3, ...}}}},
+     "minutes": {"2026-03-02T09:41Z": {target: {"succeeded": 3, ...}}}}
     """
 
     name = STATS
 
-    def __init__(self, keep_hours: int = 24 * 35) -> None:
+    def __init__(self, keep_hours: int = 24 * 35, keep_minutes: int = 120) -> None:
         self.keep_hours = keep_hours
+        self.keep_minutes = keep_minutes
 
     def initial(self) -> dict[str, Any]:
-        return {"open": {}, "hours": {}}
+        return {"layout": LAYOUT, "open": {}, "hours": {}, "minutes": {}}
 
-    def apply(self, state: dict[str, Any], event: Event) -> dict[str, Any]:
-        if not event.stream.startswith("job:"):
-            return state
-        job_id = event.stream[4:]
-        open_jobs: dict[str, list[str]] = state["open"]
-        if event.type == EventType.JOB_ENQUEUED:
-            open_jobs[job_id] = [event.data["target"], event.data["code"]]
-            return state
-        outcome = OUTCOMES.get(event.type)
-        if outcome is None:
-            return state
-        target, code = open_jobs.get(job_id, [UNKNOWN, UNKNOWN])
-        if event.type in LEAVES:
-            open_jobs.pop(job_id, None)
-        hour = hour_of(event.at)
-        hours: dict[str, Any] = state["hours"]
-        if hour not in hours:
-            hours[hour] = {}
-            self._prune(hours)
-            if hour not in hours:  # an event older than the kept window
-                return state
-        counts = hours[hour].setdefault(target, {}).setdefault(code, {})
-        counts[outcome] = counts.get(outcome, 0) + 1
+    def accepts(self, state: Any) -> bool:
+        return isinstance(state, dict) and state.get("layout") == LAYOUT
+
+    def places(self, events: Sequence[Event]) -> list[Place]:
+        """Where to look up what the page does not show: version 1 and the previous
+        version of each job stream whose first event here is not its JobEnqueued."""
+        seen: set[str] = set()
+        wanted: list[Place] = []
+        for event in events:
+            if event.stream in seen or not event.stream.startswith("job:"):
+                continue
+            seen.add(event.stream)
+            if event.type != EventType.JOB_ENQUEUED and event.version > 1:
+                wanted.append((event.stream, 1))
+                if event.version > 2:
+                    wanted.append((event.stream, event.version - 1))
+        return wanted
+
+    def apply_page(
+        self, state: dict[str, Any], events: Sequence[Event], found: Mapping[Place, Event]
+    ) -> dict[str, Any]:
+        """Fold `events` into `state` (updated in place and returned); `found` holds the
+        events at `places(events)` that exist."""
+        jobs: dict[str, list[str]] = {}  # stream -> [target, code, status], this page only
+        for event in events:
+            if not event.stream.startswith("job:"):
+                continue
+            job = jobs.get(event.stream)
+            if job is None:
+                job = jobs[event.stream] = self._before(event, found)
+            self._count(state, event, job)
         return state
 
-    def _prune(self, hours: dict[str, Any]) -> None:
-        latest = max(hours)
-        cutoff = hour_of(
-            datetime.fromisoformat(latest.replace("Z", "+00:00")) - timedelta(hours=self.keep_hours)
+    @staticmethod
+    def _before(event: Event, found: Mapping[Place, Event]) -> list[str]:
+        if event.type == EventType.JOB_ENQUEUED:
+            return [event.data["target"], event.data["code"], GONE]
+        first = found.get((event.stream, 1)) if event.version > 1 else None
+        previous = found.get((event.stream, event.version - 1))
+        if first is None or first.type != EventType.JOB_ENQUEUED or previous is None:
+            return [UNKNOWN, UNKNOWN, UNKNOWN]
+        status = STATUS_AFTER.get(previous.type, UNKNOWN)
+        return [first.data["target"], first.data["code"], status]
+
+    def _count(self, state: dict[str, Any], event: Event, job: list[str]) -> None:
+        target, code, before = job
+        after = STATUS_AFTER.get(event.type, before)
+        if after != before and event.type != EventType.JOB_REDELIVERED:
+            self._move(state["open"], target, code, before, after)
+            job[2] = after
+        outcome = OUTCOMES.get(event.type)
+        if outcome is None:
+            return
+        hour = self._bucket(state["hours"], hour_of(event.at), timedelta(hours=self.keep_hours))
+        if hour is not None:
+            counts = hour.setdefault(target, {}).setdefault(code, {})
+            counts[outcome] = counts.get(outcome, 0) + 1
+        minute = self._bucket(
+            state["minutes"], minute_of(event.at), timedelta(minutes=self.keep_minutes)
         )
-        for old in [h for h in hours if h < cutoff]:
-            del hours[old]
+        if minute is not None:
+            counts = minute.setdefault(target, {})
+            counts[outcome] = counts.get(outcome, 0) + 1
+
+    @staticmethod
+    def _move(open_jobs: dict[str, Any], target: str, code: str, before: str, after: str) -> None:
+        if UNKNOWN in (target, code):
+            return
+        codes = open_jobs.setdefault(target, {})
+        counts: dict[str, int] = codes.setdefault(code, {})
+        if before in OPEN_STATUSES:
+            left = counts.get(before, 0) - 1
+            if left:
+                counts[before] = left
+            else:
+                counts.pop(before, None)
+        if after in OPEN_STATUSES:
+            counts[after] = counts.get(after, 0) + 1
+        if not counts:
+            del codes[code]
+            if not codes:
+                del open_jobs[target]
+
+    @staticmethod
+    def _bucket(buckets: dict[str, Any], name: str, keep: timedelta) -> dict[str, Any] | None:
+        """The bucket `name`, made (and the window pruned) if new; None when it is older
+        than the kept window."""
+        if name in buckets:
+            found: dict[str, Any] = buckets[name]
+            return found
+        buckets[name] = {}
+        cutoff = _bucket_time(max(buckets)) - keep
+        for old in [b for b in buckets if _bucket_time(b) < cutoff]:
+            del buckets[old]
+        return buckets.get(name)
 
 
 def stats_reactor(engine: Engine, *, safety_poll_s: float | None = None) -> ProjectionRunner:
@@ -114,20 +222,55 @@ def stats_reactor(engine: Engine, *, safety_poll_s: float | None = None) -> Proj
     )
 
 
+#: one catch-up at a time per store in this process: concurrent readers wait for it
+#: instead of folding the same events side by side
+_CATCH_UP_LOCKS: weakref.WeakKeyDictionary[Store, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
 async def catch_up_stats(
     store: Store, projection: StatsProjection | None = None
 ) -> tuple[int, Any]:
     """Bring the stats checkpoint up to the end of the log; (position, state)."""
     runner = ProjectionRunner(store, projection or StatsProjection())
-    await runner.catch_up()
+    lock = _CATCH_UP_LOCKS.setdefault(store, asyncio.Lock())
+    async with lock:
+        await runner.catch_up()
     return await runner.state()
 
 
+def open_counts(state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per target: PENDING, RUNNING and DEAD counts and the same per code."""
+    queue: dict[str, dict[str, Any]] = {}
+    for target, codes in sorted(state["open"].items()):
+        entry: dict[str, Any] = {"pending": 0, "running": 0, "dead": 0, "codes": {}}
+        for code, counts in sorted(codes.items()):
+            row = {s.lower(): counts.get(s, 0) for s in OPEN_STATUSES}
+            entry["codes"][code] = row
+            for status, count in row.items():
+                entry[status] += count
+        queue[target] = entry
+    return queue
+
+
+async def oldest_pending_age(store: Store, target: str, now: datetime) -> float | None:
+    """Seconds since the oldest PENDING row of `target` was enqueued (one keyset read)."""
+    rows, _ = await store.list_jobs(
+        JobFilter(status=JobStatus.PENDING, target=target),
+        offset=0,
+        limit=1,
+        after="",
+        count_limit=0,
+    )
+    return (at_ms(now) - rows[0].created_at).total_seconds() if rows else None
+
+
 async def read_stats(store: Store, now: datetime, *, hours: int = 24) -> dict[str, Any]:
-    """What GET /stats serves: hourly counts of the last `hours` hours and the queue.
+    """What GET /stats serves: hourly counts of the last `hours` hours, per-minute counts
+    of the last hour, and the open queue per target.
 
     Catches the stats checkpoint up first (saving it, which is safe from any pod), so
-    the counts include everything committed before the call.
+    the counts include everything committed before the call. Memory and reads per call
+    grow with the number of targets and codes, not with the number of jobs.
     """
     position, state = await catch_up_stats(store)
     since = hour_of(now - timedelta(hours=max(hours, 1) - 1))
@@ -141,27 +284,25 @@ async def read_stats(store: Store, now: datetime, *, hours: int = 24) -> dict[st
                     row[outcome] = counts.get(outcome, 0)
                     totals[outcome] += counts.get(outcome, 0)
                 rows.append(row)
+    recent = minute_of(now - timedelta(minutes=59))
+    minutes = [
+        {"minute": minute, "target": target, **{o: counts.get(o, 0) for o in OUTCOMES.values()}}
+        for minute in sorted(m for m in state["minutes"] if m >= recent)
+        for target, counts in sorted(state["minutes"][minute].items())
+    ]
+    queue = open_counts(state)
+    for target, entry in queue.items():
+        entry["oldest_pending_age_s"] = (
+            await oldest_pending_age(store, target, now) if entry["pending"] else None
+        )
+    by_status = {s: sum(e[s.lower()] for e in queue.values()) for s in OPEN_STATUSES}
     return {
         "as_of": iso(now),
         "position": position,
         "since": since,
         "hours": rows,
+        "minutes": minutes,
         "totals": totals,
-        "queue": await queue_stats(store, now),
+        "queue": queue,
+        "by_status": by_status,
     }
-
-
-async def queue_stats(store: Store, now: datetime) -> dict[str, dict[str, Any]]:
-    """Per target: PENDING, RUNNING and DEAD counts and the oldest PENDING row's age."""
-    now = at_ms(now)
-    queue: dict[str, dict[str, Any]] = {}
-    for job in await store.all_jobs():
-        entry = queue.setdefault(
-            job.target, {"pending": 0, "running": 0, "dead": 0, "oldest_pending_age_s": None}
-        )
-        entry[job.status.value.lower()] += 1
-        if job.status == JobStatus.PENDING:
-            age = (now - job.created_at).total_seconds()
-            if entry["oldest_pending_age_s"] is None or age > entry["oldest_pending_age_s"]:
-                entry["oldest_pending_age_s"] = age
-    return dict(sorted(queue.items()))

@@ -8,7 +8,6 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 
 from jobledger.config.api_keys import Principal
-from jobledger.domain.jobs import JobStatus
 from jobledger.http.routes._guard import api, int_param, services
 from jobledger.http.serialize import event_json
 from jobledger.projections.stats import read_stats
@@ -20,17 +19,12 @@ MAX_HOURS = 24 * 35
 
 @api(query=("hours",))
 async def stats(request: Request, principal: Principal) -> dict[str, Any]:
-    """The stats projection's hourly outcomes of the last `hours` hours and the queue
-    per target (`jobledger.projections.stats.read_stats`), plus open jobs by status."""
+    """The stats projection's hourly outcomes of the last `hours` hours, per-minute
+    outcomes of the last hour, the open queue per target and code, and open jobs by
+    status (`jobledger.projections.stats.read_stats`)."""
     hours = int_param(request, "hours", 24, minimum=1, maximum=MAX_HOURS)
     svc = services(request)
-    body = await read_stats(svc.store, svc.clock.now(), hours=hours)
-    by_status = dict.fromkeys((s.value for s in JobStatus), 0)
-    for counts in body["queue"].values():
-        for status in by_status:
-            by_status[status] += counts[status.lower()]
-    body["by_status"] = by_status
-    return body
+    return await read_stats(svc.store, svc.clock.now(), hours=hours)
 
 
 @api(query=("after", "limit"))
