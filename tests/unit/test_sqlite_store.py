@@ -16,7 +16,7 @@ from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Lane
 from jobledger.engine import Engine
 from jobledger.storage.sqlite import SqliteStore
-from jobledger.storage.sqlite_schema import LATEST
+from jobledger.storage.sqlite.schema import LATEST
 from jobledger.storage.urls import open_store
 from tests.contract.helpers import FAST, LONG, Subscriber, new_job, register_targets
 

@@ -1,0 +1,191 @@
+"""The write path of the SQLite store: business transactions, `append_in` and `apply`,
+and the per-change compare-and-set they share."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from jobledger.domain.errors import InvalidArgument
+from jobledger.domain.jobs import TRANSITION_FIELDS, Change
+from jobledger.domain.timeutil import iso
+from jobledger.storage import rows
+from jobledger.storage.feed import wake_of
+from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
+from jobledger.storage.sqlite.base import SqliteBase, rollback
+from jobledger.storage.sqlite.encode import chunks, encode
+from jobledger.storage.sqlite.statements import (
+    EVENT_COLUMNS,
+    INSERT_EVENT,
+    JOB_COLUMNS,
+    UPDATE_JOB,
+    UPSERT_JOB,
+    UPSERT_SCHEDULE,
+)
+
+
+class WritePath(SqliteBase):
+    # --- writes ---------------------------------------------------------------------------
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        async with self._writing() as conn:
+            await self._w.run(lambda: conn.execute("BEGIN IMMEDIATE"))
+            tx = Transaction(conn)
+            self._staged = []
+            try:
+                yield tx
+            except BaseException:
+                self._staged = []
+                await self._w.run(lambda: rollback(conn))
+                raise
+            try:
+                await self._w.run(lambda: conn.execute("COMMIT"))
+            except BaseException:
+                self._staged = []
+                await self._w.run(lambda: rollback(conn))
+                raise
+            applied, self._staged = self._staged, []
+        self._publish(applied)
+        run_after_commit(tx)
+
+    async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
+        native = native_handle(tx)
+        if not isinstance(native, sqlite3.Connection):
+            raise TypeError("the SQLite store takes a sqlite3.Connection (or its Transaction)")
+        if not changes:
+            return []
+        cursor = native.cursor()
+        cursor.row_factory = None  # the caller's connection may have its own row factory
+        if not native.in_transaction:
+            if native.isolation_level is None:
+                raise InvalidArgument(
+                    "append_in needs a connection inside a transaction (BEGIN first)"
+                )
+            cursor.execute("BEGIN")  # what the sqlite3 module does before any DML
+        keys = [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
+        seen = seen_keys(cursor, keys)
+        flags: list[bool] = []
+        for change in changes:
+            key = change.dedupe_key if change.is_new else None
+            if key is not None and key in seen:
+                flags.append(False)
+                continue
+            ok = apply_change(cursor, change)
+            if ok and key is not None:
+                seen.add(key)
+            flags.append(ok)
+        if native is self._w.conn and self._owner is not None:
+            self._staged.extend(c for c, ok in zip(changes, flags, strict=True) if ok)
+        return flags
+
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
+        if not changes:
+            return []
+
+        def work(conn: sqlite3.Connection) -> list[bool]:
+            cursor = conn.cursor()
+            held = held_partitions(cursor, guard) if guard is not None else None
+            flags = []
+            for change in changes:
+                if (
+                    held is not None
+                    and change.partition is not None
+                    and change.partition not in held
+                ):
+                    flags.append(False)
+                    continue
+                flags.append(apply_change(cursor, change))
+            return flags
+
+        flags = await self._write(work)
+        self._publish([c for c, ok in zip(changes, flags, strict=True) if ok])
+        return flags
+
+    def _publish(self, applied: Sequence[Change]) -> None:
+        wake = wake_of(applied)
+        if wake is not None:
+            self._feed.publish(wake)
+
+
+# --- the write path shared by apply() and append_in() ---------------------------------------
+
+
+def held_partitions(cursor: sqlite3.Cursor, guard: LeaseGuard) -> set[int]:
+    sql = 'SELECT "partition" FROM partitions WHERE owner = ? AND lease_until > ?'
+    return {r[0] for r in cursor.execute(sql, (guard.pod, iso(guard.now)))}
+
+
+def seen_keys(cursor: sqlite3.Cursor, keys: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    for chunk in chunks(keys):
+        sql = f"SELECT dedupe_key FROM events WHERE dedupe_key IN ({', '.join('?' for _ in chunk)})"
+        seen.update(r[0] for r in cursor.execute(sql, tuple(chunk)))
+    return seen
+
+
+def stream_version(cursor: sqlite3.Cursor, stream: str) -> int:
+    """The stream's current version: its row's, or — once the row left the read model
+    (a finished job) — its last event's."""
+    kind, _, ident = stream.partition(":")
+    if kind == "job":
+        row = cursor.execute("SELECT stream_version FROM jobs WHERE id = ?", (ident,)).fetchone()
+    else:
+        row = cursor.execute(
+            "SELECT stream_version FROM schedules WHERE code = ?", (ident,)
+        ).fetchone()
+    if row is not None:
+        return int(row[0])
+    last = cursor.execute("SELECT max(version) FROM events WHERE stream = ?", (stream,)).fetchone()
+    return int(last[0] or 0)
+
+
+def apply_change(cursor: sqlite3.Cursor, change: Change) -> bool:
+    """Apply one change inside the open transaction, or leave no trace and return False.
+
+    Compare-and-set on the stream's version, the dedupe key for a new job, then the
+    writes in a savepoint: a unique index that still objects (running_code among RUNNING
+    rows, a racing dedupe key) rolls back this change alone, never the transaction.
+    """
+    if stream_version(cursor, change.stream) != change.expected_version:
+        return False
+    if change.is_new and change.dedupe_key and seen_keys(cursor, [change.dedupe_key]):
+        return False
+    cursor.execute("SAVEPOINT jobledger_change")
+    try:
+        write_change(cursor, change)
+    except sqlite3.IntegrityError:
+        cursor.execute("ROLLBACK TO jobledger_change")
+        cursor.execute("RELEASE jobledger_change")
+        return False
+    cursor.execute("RELEASE jobledger_change")
+    return True
+
+
+def write_change(cursor: sqlite3.Cursor, change: Change) -> None:
+    cursor.executemany(
+        INSERT_EVENT,
+        [
+            encode({**rows.event_to_dict(e), "dedupe_key": rows.dedupe_key_of(e)}, EVENT_COLUMNS)
+            for e in change.events
+        ],
+    )
+    kind, _, ident = change.stream.partition(":")
+    row = change.row
+    if kind == "job":
+        if row is None:
+            cursor.execute("DELETE FROM jobs WHERE id = ?", (ident,))
+            return
+        if not change.is_new:  # an update writes only what a transition can change (D12)
+            record = rows.job_transition_dict(row)
+            cursor.execute(UPDATE_JOB, (*encode(record, TRANSITION_FIELDS), ident))
+            if cursor.rowcount == 1:
+                return
+        cursor.execute(UPSERT_JOB, encode(rows.job_to_dict(row), JOB_COLUMNS))
+    elif row is None:
+        cursor.execute("DELETE FROM schedules WHERE code = ?", (ident,))
+    else:
+        cursor.execute(UPSERT_SCHEDULE, encode(rows.schedule_to_dict(row), rows.SCHEDULE_FIELDS))
