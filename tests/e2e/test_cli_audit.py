@@ -4,14 +4,17 @@ SQLite file that the engine wrote and someone then edited with sqlite3."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from jobledger.core.clock import FakeClock
 from jobledger.storage.sqlite import SqliteStore
 from tests.contract.test_replay_workload import generate
+from tests.factories.postgres import dsn, reachable_dsn
 
 CLI = str(Path(sys.executable).with_name("jobledger"))
 
@@ -88,3 +91,67 @@ async def test_migrate_verify_export_replay_on_a_sqlite_file(
         f"problem: {stream} v{version} (position {position}): content does not match its hash"
         in tampered.stdout
     )
+
+
+def run_cli(store_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, "--store", store_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+READ_ONLY_COMMANDS = (("verify",), ("replay",), ("export",))
+
+
+def test_reading_commands_refuse_a_sqlite_file_that_does_not_exist(tmp_path: Path) -> None:
+    for folder in (tmp_path, tmp_path / "missing-folder"):
+        db = folder / "nowhere.db"
+        for command in READ_ONLY_COMMANDS:
+            done = jobledger(db, *command)
+            assert done.returncode == 2, (command, done.stdout, done.stderr)
+            assert done.stderr == f"jobledger: invalid_config: no SQLite database at {db}" + (
+                " (nothing was created)\n"
+            )
+            assert "every hash chain holds" not in done.stdout
+            assert not db.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_reading_commands_refuse_a_file_that_holds_no_log(tmp_path: Path) -> None:
+    db = tmp_path / "business.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+    conn.close()
+    before = db.read_bytes()
+    not_sqlite = tmp_path / "notes.txt"
+    not_sqlite.write_text("not a database\n" * 100)
+    for command in READ_ONLY_COMMANDS:
+        done = jobledger(db, *command)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1
+        assert "holds no jobledger log (run `jobledger migrate` to create one)" in done.stderr
+        done = jobledger(not_sqlite, *command)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1
+        assert "is not a readable SQLite database" in done.stderr
+    assert db.read_bytes() == before  # no schema was created in the business file
+    with sqlite3.connect(db) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    conn.close()
+    assert tables == ["users"]
+
+
+async def test_reading_commands_refuse_a_postgres_database_that_does_not_exist() -> None:
+    await reachable_dsn()  # skips when no server runs here
+    missing = urlsplit(dsn())._replace(path=f"/jl_missing_{os.getpid()}").geturl()
+    for command in READ_ONLY_COMMANDS:
+        done = run_cli(missing, *command)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1
+        assert done.stderr.startswith(
+            "jobledger: invalid_config: cannot reach the PostgreSQL store:"
+        )
+        assert f'database "jl_missing_{os.getpid()}" does not exist' in done.stderr

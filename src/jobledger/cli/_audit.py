@@ -1,22 +1,43 @@
 """Shared by the audit commands (replay, verify, export, migrate): open the store named
-by `--store` (or JOBLEDGER_STORE), run one coroutine on it, close it."""
+by `--store` (or JOBLEDGER_STORE), run one coroutine on it, close it.
+
+replay, verify and export read a log that must already exist: on a database that does
+not exist (or holds no jobledger log) they stop with one line and exit 2 instead of
+creating an empty store and reporting that its zero chains hold. Only `migrate` creates.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
-from jobledger.domain.errors import InvalidArgument
+from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.timeutil import at_ms
 from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store, store_url
 
+if TYPE_CHECKING:
+    from jobledger.storage.postgres import PostgresStore
 
-def run_on_store(args: argparse.Namespace, work: Callable[[Store], Awaitable[int]]) -> int:
+
+def run_on_store(
+    args: argparse.Namespace,
+    work: Callable[[Store], Awaitable[int]],
+    *,
+    existing: bool = False,
+) -> int:
+    """Run `work` on the store; `existing`: refuse a store that holds no jobledger log
+    (the commands that only read one)."""
+
     async def main() -> int:
         store = open_store(store_url(getattr(args, "store", None)))
+        if existing:
+            await require_existing(store)
         await store.open()
         try:
             return await work(store)
@@ -24,6 +45,56 @@ def run_on_store(args: argparse.Namespace, work: Callable[[Store], Awaitable[int
             await store.close()
 
     return asyncio.run(main())
+
+
+async def require_existing(store: Store) -> None:
+    """Raise ConfigError (one line, exit 2) unless `store` already holds a jobledger log.
+
+    Checked before `store.open()`, which would create the file or schema and migrate it.
+    """
+    from jobledger.storage.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        _require_sqlite_log(store.path)
+        return
+    if store.name == "postgres":
+        await _require_postgres_log(cast("PostgresStore", store))
+
+
+def _require_sqlite_log(path: str) -> None:
+    if not Path(path).is_file():
+        raise ConfigError(f"no SQLite database at {path} (nothing was created)")
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{path} is not a readable SQLite database: {exc}") from exc
+    if found is None:
+        raise ConfigError(f"{path} holds no jobledger log (run `jobledger migrate` to create one)")
+
+
+async def _require_postgres_log(store: PostgresStore) -> None:
+    import psycopg
+
+    try:
+        async with await psycopg.AsyncConnection.connect(
+            store.dsn, autocommit=True, connect_timeout=5
+        ) as conn:
+            cur = await conn.execute("SELECT to_regclass(%s)", (f"{store.s}.events",))
+            row = await cur.fetchone()
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot reach the PostgreSQL store: {first}") from exc
+    if row is None or row[0] is None:
+        raise ConfigError(
+            f"the PostgreSQL schema {store.schema} holds no jobledger log"
+            " (run `jobledger migrate` to create one)"
+        )
 
 
 def parse_time(text: str) -> datetime:

@@ -60,4 +60,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"exported {report.events} events; last_position={last}", file=sys.stderr)
         return 0
 
-    return run_on_store(args, work)
+    return run_on_store(args, work, existing=True)

@@ -37,4 +37,4 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         return 0 if report.ok else 1
 
-    return run_on_store(args, work)
+    return run_on_store(args, work, existing=True)
