@@ -2,8 +2,10 @@
 
 Same harness as tests/chaos/test_chaos_short.py (tests/chaos/harness.py), longer and
 bigger: workers SIGKILLed every few seconds, worker backends terminated, the broker
-hung and restarted, PostgreSQL restarted once; then every check, one summary table.
-Exit status 0 when every check passed. Run from the repository root.
+hung and restarted, the run's private PostgreSQL cluster (initdb on a free loopback
+port, removed at the end) restarted once; then every check, one summary table. A hot-keys
+workload: `--keys 8`. Exit status 0 when every check passed and no problem was written
+down; a failed run keeps its evidence in <workdir>/evidence. Run from the repository root.
 """
 
 from __future__ import annotations

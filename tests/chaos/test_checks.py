@@ -5,11 +5,19 @@ Pure inputs, no processes: each case breaks one promise and must be counted.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
 
 from jobledger.domain.events import EventType
+from jobledger.storage.memory import MemoryStore
 from tests.chaos import app
-from tests.chaos.harness import Delivered, JobTrail, Summary, analyse
+from tests.chaos.checks import JobTrail, analyse
+from tests.chaos.faults import Faults
+from tests.chaos.harness import Config
+from tests.chaos.record import Delivered
+from tests.chaos.summary import FaultHit, Summary
+from tests.integration.test_multiprocess_lanes import Workers
 
 T0 = datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)
 WINDOW = (T0, datetime(2026, 3, 2, 9, 2, 10, tzinfo=UTC))  # slots 09:01 and 09:02
@@ -117,3 +125,97 @@ def test_a_missing_slot_fails() -> None:
     trails = base()
     del trails["s2"]
     assert run(trails, ["a1", "a2", "b1", "b2"]).slot_errors == 1
+
+
+def test_any_problem_fails_the_run() -> None:
+    # a fault that did not inject, or a recorder that did not catch up, is a FAIL
+    summary = run(base(), ["a1", "b1", "a2", "b2"])
+    assert summary.ok
+    summary.problem("fault terminate at 6s did not inject: no worker connection was open")
+    assert not summary.ok and "FAIL" in summary.table()
+
+
+def test_a_run_that_checked_nothing_fails() -> None:
+    assert not Summary("test").ok
+
+
+def dead_amo(marked_by: str | None, marked_s: float | None) -> JobTrail:
+    t = trail(app.AMO_TARGET, "k0", 2, EventType.JOB_DEAD, "in flight when taken over")
+    if marked_s is not None:
+        t.marked_at = T0 + timedelta(seconds=marked_s)
+        t.marked_by = marked_by
+    t.closed_at = T0 + timedelta(seconds=20)
+    return t
+
+
+def run_with(trails: dict[str, JobTrail], hits: list[FaultHit]) -> Summary:
+    summary = Summary("test")
+    rows = {(t.key, t.version) for t in trails.values() if t.key is not None}
+    order = [i for i in ("a1", "b1", "b2") if i in trails]
+    analyse(
+        summary,
+        rows,
+        trails,
+        [record(i, trails[i], n) for n, i in enumerate(order)],
+        WINDOW,
+        [],
+        hits,
+    )
+    return summary
+
+
+def kill(pod: str, at_s: float) -> FaultHit:
+    at = T0 + timedelta(seconds=at_s)
+    return FaultHit("kill", at, at + timedelta(milliseconds=50), frozenset({pod}))
+
+
+def test_an_at_most_once_dead_needs_a_fault_on_its_mark() -> None:
+    trails = base()
+    trails["a2"] = dead_amo("w1", 5.0)
+    justified = run_with(trails, [kill("w1", 5.2)])
+    assert justified.ok, justified.table()
+    assert (justified.dead_justified, justified.dead_unjustified) == (1, 0)
+    for hits in ([], [kill("w2", 5.2)], [kill("w1", 2.0)], [kill("w1", 25.0)]):
+        # no fault; another pod killed; a kill before the mark; a kill after the DEAD
+        summary = run_with(trails, hits)
+        assert summary.dead_unjustified == 1 and not summary.ok, hits
+    everyone = FaultHit("broker hang", T0, T0 + timedelta(seconds=8))
+    assert run_with(trails, [everyone]).dead_justified == 1
+    trails["a2"] = dead_amo(None, None)  # DEAD with no mark at all
+    assert run_with(trails, [everyone]).dead_unjustified == 1
+
+
+def alo_chain(n: int) -> dict[str, JobTrail]:
+    return {f"b{v}": trail(app.ALO_TARGET, "k1", v) for v in range(1, n + 1)}
+
+
+def order_of(trails: dict[str, JobTrail], order: list[str]) -> Summary:
+    summary = Summary("test")
+    records = [record(i, trails[i], n) for n, i in enumerate(order)]
+    analyse(summary, {("k1", t.version) for t in trails.values()}, trails, records, None, [])
+    return summary
+
+
+def test_every_delivery_is_checked_not_only_first_ones() -> None:
+    trails = alo_chain(4)
+    clean = order_of(trails, ["b1", "b2", "b3", "b2", "b3", "b4"])  # a resend run after a takeover
+    assert (clean.order_violations, clean.resend_runs) == (0, 1)
+    # first deliveries are in order, but a resend run jumps over v2: two senders interleaved
+    interleaved = order_of(trails, ["b1", "b2", "b3", "b1", "b3", "b2", "b4"])
+    assert interleaved.order_violations >= 1
+    assert any("interleaved" in p for p in interleaved.problems)
+
+
+class UnlistableStore(MemoryStore):
+    async def live_workers(self, since: datetime) -> list[str]:
+        raise ConnectionError("database unreachable")
+
+
+async def test_a_liveness_check_that_cannot_list_workers_fails(tmp_path: Path) -> None:
+    summary = Summary("test")
+    config = Config("sqlite", jobs=1, seconds=1, workdir=tmp_path)
+    workers = Workers(f"sqlite:///{tmp_path / 'x.db'}", tmp_path / "out.jsonl", 0.0)
+    faults = Faults(config, workers, cast(Any, None), cast(Any, None), None, "x", summary)
+    await faults.check_live(UnlistableStore(), timeout_s=0.3)
+    assert summary.problems and "liveness not checked" in summary.problems[0]
+    assert not summary.ok
