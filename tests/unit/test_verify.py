@@ -106,3 +106,48 @@ async def test_a_stream_whose_first_event_was_deleted_is_reported(
         " the stream starts here; v1..v1 are missing"
     ]
     assert not report.ok
+
+
+def _tamper(store: MemoryStore, how: str) -> None:
+    """Edit the log one of the ways the tests above do, on a bigger log."""
+    log = store.log
+    if how == "edit":
+        index = next(i for i, e in enumerate(log) if e.type == "JobFailed")
+        log[index] = replace(log[index], data={**log[index].data, "error": "edited"})
+        return
+    if how == "remove-middle":
+        index = next(i for i, e in enumerate(log) if e.type == "JobLeaseRenewed")
+    elif how == "remove-first":
+        index = [i for i, e in enumerate(log) if e.version == 1][50]
+    elif how == "remove-last":
+        index = max(i for i, e in enumerate(log) if e.type == "JobSucceeded")
+    else:
+        assert how == "none"
+        return
+    log.pop(index)
+    log[:] = [replace(e, position=i + 1) for i, e in enumerate(log)]
+
+
+@pytest.mark.parametrize("how", ["none", "edit", "remove-middle", "remove-first", "remove-last"])
+@pytest.mark.parametrize("kept", [1, 2, 5, 40])
+async def test_a_bounded_map_of_streams_reports_what_an_unbounded_one_does(
+    clock: FakeClock, how: str, kept: int
+) -> None:
+    # verify keeps the last event of at most `streams_kept` streams and reads the
+    # predecessor of a forgotten stream back from the store: same counts, same problems
+    store = MemoryStore()
+    await store.open()
+    await generate(store, clock, jobs_count=96)
+    _tamper(store, how)
+    unbounded = await verify_log(store, page=7, streams_kept=10**9)
+    reads: list[int] = []
+    bounded = await verify_log(store, page=7, streams_kept=kept, on_page=reads.append)
+    assert (bounded.events, bounded.streams, bounded.position) == (
+        unbounded.events,
+        unbounded.streams,
+        unbounded.position,
+    )
+    assert bounded.problems == unbounded.problems
+    assert bounded.ok == (how in ("none", "remove-last"))
+    assert unbounded.streams == 96
+    assert sum(reads) == len(store.log) and max(reads) == 7

@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from jobledger.cli._audit import positive, run_on_store
+from jobledger.cli.progress import Progress
 from jobledger.projections.log import DEFAULT_PAGE
 from jobledger.projections.replay import replay
 from jobledger.storage.port import Store
@@ -32,7 +33,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     async def work(store: Store) -> int:
-        report = await replay(store, apply=args.apply, page=args.page)
+        with Progress("replay", unit="events") as progress:
+            report = await replay(store, apply=args.apply, page=args.page, on_page=progress.advance)
         for line in report.lines():
             print(line)
         return 0 if report.ok else 1

@@ -159,7 +159,13 @@ def _orjson_writes_the_same(value: Any) -> bool:
         for key, item in value.items():
             if type(key) is not str:
                 return False
-            if type(item) is not str and item is not None and not _orjson_writes_the_same(item):
+            item_kind = type(item)
+            if item_kind is str or item is None or item_kind is bool:
+                continue
+            if item_kind is int:  # the common nested scalars without a call each
+                if not -(1 << 63) <= item < (1 << 64):
+                    return False
+            elif not _orjson_writes_the_same(item):
                 return False
         return True
     if kind is list:

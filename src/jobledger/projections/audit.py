@@ -1,22 +1,27 @@
 """The auditor's tools over the log: verify the hash chains, export events.
 
 `verify_log` checks every stream's chain with `domain.events.verify_chain` while
-reading the log a page at a time: one map of each stream's last event is kept across
+reading the log a page at a time: a map of each stream's last event is kept across
 pages so a chain is checked across page boundaries (and a stream seen before is not
-taken for one that starts above v1), and a problem is reported once. `export_log`
-writes events as JSON Lines (`Event.to_json`) in log order.
+taken for one that starts above v1), and a problem is reported once. The map is
+bounded (`STREAMS_KEPT`): when it grows past that, the streams seen longest ago are
+forgotten, and a forgotten stream that shows up again gets its predecessor read back
+from the store (`Store.read_events_at`, one batch per page), so memory does not grow
+with the log and the checks stay the same. `export_log` writes events as JSON Lines
+(`Event.to_json`) in log order.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TextIO
 
 from jobledger.domain.events import Event, verify_chain
 from jobledger.domain.timeutil import at_ms
-from jobledger.projections.log import DEFAULT_PAGE, pages
+from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
 from jobledger.storage.port import Store
 
 
@@ -40,19 +45,70 @@ class VerifyReport:
         return out
 
 
-async def verify_log(store: Store, *, page: int = DEFAULT_PAGE) -> VerifyReport:
+#: streams whose last event verify keeps in memory (the rest is read back when needed)
+STREAMS_KEPT = 50_000
+
+
+async def verify_log(
+    store: Store,
+    *,
+    page: int = DEFAULT_PAGE,
+    streams_kept: int = STREAMS_KEPT,
+    on_page: OnPage | None = None,
+) -> VerifyReport:
     report = VerifyReport()
-    last: dict[str, Event] = {}  # the newest event of each stream, carried across pages
+    last: dict[str, Event] = {}  # the newest event of recent streams, carried across pages
     reported: set[str] = set()
-    async for events in pages(store, page=page):
-        for problem in verify_chain(events, last):
-            if problem not in reported:
-                reported.add(problem)
-                report.problems.append(problem)
-        report.events += len(events)
-        report.position = events[-1].position or report.position
-    report.streams = len(last)
+    with collector_paused():
+        async for events in pages(store, page=page):
+            report.streams += await _recall(store, events, last)
+            for problem in verify_chain(events, last):
+                if problem not in reported:
+                    reported.add(problem)
+                    report.problems.append(problem)
+            report.events += len(events)
+            report.position = events[-1].position or report.position
+            if len(last) > streams_kept:
+                _forget(last, len(last) - streams_kept // 2)
+            if on_page is not None:
+                on_page(len(events))
     return report
+
+
+async def _recall(store: Store, events: Sequence[Event], last: dict[str, Event]) -> int:
+    """Put back into `last` the predecessor of each stream of `events` that is not there
+    (new, or forgotten); return how many streams start in `events` (none before them).
+
+    The predecessor is what the map would have held: the stream's newest event at a
+    smaller position. Usually that is version - 1 (one batched read); a log edited so
+    that it is not is read stream by stream.
+    """
+    first: dict[str, Event] = {}
+    for event in events:
+        if event.stream not in last and event.stream not in first:
+            first[event.stream] = event
+    wanted = [(s, e.version - 1) for s, e in first.items() if e.version > 1]
+    if not wanted:
+        return len(first)
+    found: dict[str, Event] = {}
+    for event in await store.read_events_at(wanted):
+        position = event.position or 0
+        if position < (first[event.stream].position or 0):
+            found[event.stream] = event
+    for stream, _ in wanted:
+        if stream not in found:
+            before = first[stream].position or 0
+            earlier = [e for e in await store.read_stream(stream) if (e.position or 0) < before]
+            if earlier:
+                found[stream] = max(earlier, key=lambda e: e.position or 0)
+    last.update(found)
+    return len(first) - len(found)
+
+
+def _forget(last: dict[str, Event], count: int) -> None:
+    """Drop the `count` streams entered into `last` longest ago."""
+    for stream in list(itertools.islice(last, count)):
+        del last[stream]
 
 
 async def events_between(

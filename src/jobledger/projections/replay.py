@@ -23,7 +23,7 @@ from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.projections.jobs import JobsFold
-from jobledger.projections.log import DEFAULT_PAGE, pages
+from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
 from jobledger.projections.schedules import ScheduleApply, SchedulesFold
 from jobledger.storage.port import Store
 
@@ -79,10 +79,16 @@ class Rebuild:
             if event.position is not None:
                 self.position = max(self.position, event.position)
 
-    async def read(self, store: Store, *, page: int = DEFAULT_PAGE) -> None:
-        """Fold every event after the position reached so far."""
-        async for events in pages(store, after=self.position, page=page):
-            self.feed(events)
+    async def read(
+        self, store: Store, *, page: int = DEFAULT_PAGE, on_page: OnPage | None = None
+    ) -> None:
+        """Fold every event after the position reached so far (`on_page(n)` after each
+        page of n events)."""
+        with collector_paused():
+            async for events in pages(store, after=self.position, page=page):
+                self.feed(events)
+                if on_page is not None:
+                    on_page(len(events))
 
     @property
     def problems(self) -> list[str]:
@@ -90,10 +96,14 @@ class Rebuild:
 
 
 async def rebuild(
-    store: Store, *, page: int = DEFAULT_PAGE, schedule_fold: ScheduleApply | None = None
+    store: Store,
+    *,
+    page: int = DEFAULT_PAGE,
+    schedule_fold: ScheduleApply | None = None,
+    on_page: OnPage | None = None,
 ) -> Rebuild:
     result = Rebuild(schedule_fold)
-    await result.read(store, page=page)
+    await result.read(store, page=page, on_page=on_page)
     return result
 
 
@@ -174,17 +184,18 @@ async def replay(
     apply: bool = False,
     page: int = DEFAULT_PAGE,
     schedule_fold: ScheduleApply | None = None,
+    on_page: OnPage | None = None,
 ) -> ReplayReport:
     """Rebuild the read models from the log and compare; with `apply`, swap them in.
 
     The swap is refused while the log has events the folds reject: a rebuild that
     skipped events is not a better read model than the live one.
     """
-    rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold)
+    rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
     differences = await compare(store, rebuilt)
     applied = False
     if apply and differences and not rebuilt.problems:
-        await rebuilt.read(store, page=page)  # fold what committed meanwhile
+        await rebuilt.read(store, page=page, on_page=on_page)  # what committed meanwhile
     if apply and differences and not rebuilt.problems:
         schedules: Sequence[Schedule] = (
             list(rebuilt.schedules.rows.values())

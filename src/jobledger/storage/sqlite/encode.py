@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from jobledger.domain.events import Event
+import orjson
+
+from jobledger.domain.events import Actor, Event
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.domain.timeutil import iso
@@ -19,6 +21,7 @@ T = TypeVar("T")
 #: columns holding JSON text
 JSON_COLUMNS = frozenset({"payload", "headers", "actor", "data"})
 CHUNK = 500  # bound parameters per IN (...) list
+MISSING_ACTOR = Actor(id="\0missing")  # a sentinel no stored actor equals
 
 
 def dumps(value: Any) -> str | None:
@@ -54,8 +57,60 @@ def decode_schedule(row: sqlite3.Row) -> Schedule:
     return rows.schedule_from_dict(decode(row))
 
 
-def decode_event(row: sqlite3.Row) -> Event:
-    return rows.event_from_dict(decode(row))
+def load_json(text: str) -> Any:
+    """`json.loads(text)` through orjson: the standard library only for what orjson
+    refuses (integers past 64 bits, lone surrogates; `jsontext` writes them that way)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+#: actors by their stored text (few: the system actor signs most events)
+_ACTORS: dict[str, Actor | None] = {}
+_last_at: tuple[str, datetime] = ("", datetime.min.replace(tzinfo=UTC))
+
+
+def _actor(text: str | None) -> Actor | None:
+    if text is None:
+        return None
+    actor = _ACTORS.get(text, MISSING_ACTOR)
+    if actor is MISSING_ACTOR:
+        actor = Actor.from_json(load_json(text))
+        if len(_ACTORS) < 4096:
+            _ACTORS[text] = actor
+    return actor
+
+
+def _at(text: str) -> datetime:
+    """A stored event time; the same text as the last event's (a round stamps alike)
+    is parsed once."""
+    global _last_at
+    if text == _last_at[0]:
+        return _last_at[1]
+    value = rows.as_utc(text)
+    assert value is not None
+    _last_at = (text, value)
+    return value
+
+
+def decode_event(row: Sequence[Any]) -> Event:
+    """An event from a row selected as `EVENT_SELECT` (a tuple or a `sqlite3.Row`), built
+    straight from its columns: the log readers (replay, verify, export) decode every
+    event through here."""
+    position, stream, version, kind, data, at, actor, trace_id, prev_hash, hash_ = row
+    return Event(
+        stream=stream,
+        version=version,
+        type=kind,
+        data=load_json(data),
+        at=_at(at),
+        actor=_actor(actor),
+        trace_id=trace_id,
+        prev_hash=prev_hash,
+        hash=hash_,
+        position=position,
+    )
 
 
 def chunks(items: Sequence[T]) -> Iterable[Sequence[T]]:

@@ -35,4 +35,7 @@ INSERT_EVENT = (
 JOB_COLUMNS_SQL = ", ".join(q(c) for c in rows.JOB_FIELDS)
 JOB_SELECT = f"SELECT {JOB_COLUMNS_SQL} FROM jobs"
 SCHEDULE_SELECT = f"SELECT {', '.join(q(c) for c in rows.SCHEDULE_FIELDS)} FROM schedules"
-EVENT_SELECT = f"SELECT {', '.join(q(c) for c in rows.EVENT_FIELDS)} FROM events"
+#: in the order `encode.decode_event` unpacks
+EVENT_SELECT = (
+    "SELECT position, stream, version, type, data, at, actor, trace_id, prev_hash, hash FROM events"
+)

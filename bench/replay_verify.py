@@ -1,0 +1,183 @@
+"""Auditors' commands at scale (issue 21): `jobledger verify` and `jobledger replay` on a
+log of 1M events, as separate processes, with their events/s and peak RSS.
+
+    .venv/bin/python bench/replay_verify.py --store sqlite --events 1000000
+    .venv/bin/python bench/replay_verify.py --store postgres --events 1000000
+
+The log is written by the audit workload of the contract tests (every kind of job
+transition, ~4 events per job: tests/contract/test_replay_workload.py) through the
+store's batch append (`enqueue_many`, then `Store.apply` in batches of 5,000 changes),
+in slices of 25,000 jobs. The commands run after the first slice (~100k events) and
+after the last, so the peak RSS of the small and the large log sit side by side:
+bounded memory shows as the same figure. Same-run baseline: the bare read of every
+event row in position order by the raw driver (sqlite3 / psycopg), no decoding.
+
+SQLite: a fresh file in a temporary folder. PostgreSQL: the `jobledger` schema of the
+database `jobledger_replay_bench` (created if missing, the schema dropped first and
+after), since the CLI opens the default schema of the URL's database.
+Plain script, not a test; docs/performance.md records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from jobledger.core.clock import FakeClock
+from jobledger.storage.port import Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.contract.test_replay_workload import generate
+
+CLI = str(Path(sys.executable).with_name("jobledger"))
+PG_SERVER = os.environ.get("JOBLEDGER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+PG_DATABASE = "jobledger_replay_bench"
+SLICE = 25_000  # jobs per generate() call (~100k events)
+
+
+def run_command(url: str, *args: str) -> dict[str, Any]:
+    """Run one `jobledger` command; its wall time, peak RSS (MiB, from wait4) and output."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen([CLI, "--store", url, *args], stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return {
+            "seconds": seconds,
+            "rss_mib": usage.ru_maxrss / 1024,
+            "code": proc.returncode,
+            "out": out.read(),
+            "err": err.read(),
+        }
+
+
+def measured(url: str, command: str, events: int) -> str:
+    result = run_command(url, command)
+    first = result["out"].splitlines()[0] if result["out"] else ""
+    match = re.search(r"(verified|replayed) (\d+) events", first)
+    seen = int(match.group(2)) if match else -1
+    ok = result["code"] == 0 and seen == events
+    rate = events / result["seconds"]
+    return (
+        f"  {command:<7} {result['seconds']:7.2f} s  {rate:10,.0f} events/s"
+        f"  peak RSS {result['rss_mib']:6.1f} MiB  exit {result['code']}"
+        f"{'' if ok else '  FAILED: ' + (first or result['err'].strip()[-300:])}"
+    )
+
+
+def raw_read_sqlite(path: str) -> tuple[int, float]:
+    import sqlite3
+
+    started = time.perf_counter()
+    conn = sqlite3.connect(path)
+    count = 0
+    cur = conn.execute("SELECT * FROM events ORDER BY position")
+    while rows := cur.fetchmany(5000):
+        count += len(rows)
+    conn.close()
+    return count, time.perf_counter() - started
+
+
+def raw_read_postgres(dsn: str) -> tuple[int, float]:
+    import psycopg
+
+    started = time.perf_counter()
+    count = 0
+    with psycopg.connect(dsn) as conn, conn.cursor(name="raw") as cur:
+        cur.itersize = 5000
+        cur.execute("SELECT * FROM jobledger.events ORDER BY position")
+        while rows := cur.fetchmany(5000):
+            count += len(rows)
+    return count, time.perf_counter() - started
+
+
+async def pg_database() -> str:
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    async with await psycopg.AsyncConnection.connect(PG_SERVER, autocommit=True) as admin:
+        cur = await admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DATABASE,))
+        if not await cur.fetchone():
+            await admin.execute(f'CREATE DATABASE "{PG_DATABASE}"')
+    dsn = make_conninfo(PG_SERVER, dbname=PG_DATABASE)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("DROP SCHEMA IF EXISTS jobledger CASCADE")
+    return dsn
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--events", type=int, default=1_000_000)
+    args = parser.parse_args()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    folder = tempfile.TemporaryDirectory(prefix="jl-replay-bench-")
+    store: Store
+    if args.store == "sqlite":
+        from jobledger.storage.sqlite import SqliteStore
+
+        path = str(Path(folder.name) / "ledger.db")
+        url = f"sqlite:///{path}"
+        store = SqliteStore(path)
+    else:
+        from urllib.parse import urlsplit
+
+        from jobledger.storage.postgres import PostgresStore
+
+        dsn = await pg_database()
+        url = urlsplit(PG_SERVER)._replace(path=f"/{PG_DATABASE}").geturl()
+        store = PostgresStore(dsn)
+    await store.open()
+    clock = FakeClock()
+    events = 0
+    first = 0
+    checkpoints = sorted({min(args.events, 100_000), args.events})
+    generated_s = 0.0
+    try:
+        for target in checkpoints:
+            while events < target:
+                jobs = max(1, min(SLICE, (target - events) // 4))
+                started = time.perf_counter()
+                workload = await generate(store, clock, jobs_count=jobs, first=first)
+                generated_s += time.perf_counter() - started
+                first += jobs
+                events += workload.events
+            print(
+                f"log of {events:,} events ({first:,} jobs), generated at"
+                f" {events / generated_s:,.0f} events/s through the store's batch append"
+            )
+            if args.store == "sqlite":
+                raw_count, raw_s = raw_read_sqlite(path)
+            else:
+                raw_count, raw_s = raw_read_postgres(dsn)
+            print(
+                f"  raw read of every event row ({args.store} driver, same run):"
+                f" {raw_count / raw_s:,.0f} rows/s"
+            )
+            for command in ("verify", "replay"):
+                print(measured(url, command, events), flush=True)
+    finally:
+        await store.close()
+        if args.store == "postgres":
+            import psycopg
+
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("DROP SCHEMA IF EXISTS jobledger CASCADE")
+        folder.cleanup()
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
