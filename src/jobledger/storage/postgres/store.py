@@ -40,19 +40,6 @@ def _bounded_connect(dsn: str) -> str:
     return make_conninfo(dsn, connect_timeout=CONNECT_TIMEOUT_S)
 
 
-async def _check(conn: Conn) -> None:
-    """Pool checkout check that costs one `select()` call when the connection is fine.
-
-    An idle pooled connection has nothing to read; if its socket is readable the server
-    has sent something (typically FATAL from `pg_terminate_backend` or a restart), so
-    only then do we pay the round trip that proves the connection still works — the
-    pool discards it if not and hands out another.
-    """
-    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    if readable:
-        await AsyncConnectionPool.check_connection(conn)
-
-
 class PostgresStore(WritePath, Coordination, ReadModels, Store):
     name = "postgres"
 
@@ -89,7 +76,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
             # UTC sessions: psycopg then hands out times in `datetime.UTC` itself, which
             # the row decoder passes through untouched
             kwargs={"autocommit": True, "options": "-c TimeZone=UTC"},
-            check=_check,
+            check=self._check,
             open=False,
             name=f"jobledger-{self.schema}",
         )
@@ -98,6 +85,30 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
         async with pool.connection() as conn:
             await schema.migrate(conn, self.schema)
         await self._listener.start()
+
+    async def _check(self, conn: Conn) -> None:
+        """Pool checkout check that costs one `select()` call when the connection is fine.
+
+        An idle pooled connection has nothing to read; if its socket is readable the server
+        has sent something (typically FATAL from `pg_terminate_backend` or a restart), so
+        only then do we pay the round trip that proves the connection still works.
+
+        A dead one is rarely alone: a restart or a mass `pg_terminate_backend` ends every
+        idle connection at once, and psycopg_pool's checkout loop backs off 1, 2, 4, 8,
+        16 s per failed check, giving up with PoolTimeout at 30 s after five dead
+        connections (the 80 s stall of issue 18). So a failed check first sweeps the
+        idle connections (`pool.check()`: the dead ones are replaced), then fails: the
+        loop's single 1 s back-off later finds a live connection.
+        """
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        if not readable:
+            return
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            if self._pool is not None:
+                await self._pool.check()
+            raise
 
     async def migrate(self) -> int:
         async with self.pool.connection() as conn:
