@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from jobledger.cli import main
-from jobledger.config.load import describe, explain, load_settings, parse_kafka_target_topics
+from jobledger.config.checks import parse_kafka_target_topics
+from jobledger.config.load import describe, explain, load_settings
 from jobledger.config.settings import Settings
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import DeliveryMode

@@ -77,10 +77,10 @@ class TopicTarget:
 def check_topic(topic: str, where: str) -> None:
     """Kafka's legal topic names: 1-249 of [A-Za-z0-9._-], not `.` or `..`.
 
-    The grammar is `jobledger.config.load`'s (one parser for the setting and the target): a
+    The grammar is `jobledger.config.checks`'s (one parser for the setting and the target): a
     legal name parses back to itself as one at-most-once entry.
     """
-    from jobledger.config.load import parse_kafka_target_topics
+    from jobledger.config.checks import parse_kafka_target_topics
 
     try:
         legal = parse_kafka_target_topics(topic) == [(topic, DeliveryMode.AT_MOST_ONCE)]
@@ -98,7 +98,7 @@ def parse_target_topics(text: str) -> list[tuple[str, DeliveryMode]]:
     Empty items (a trailing comma) are ignored. A topic listed twice with two modes is
     an error: the operator meant one of them.
     """
-    from jobledger.config.load import parse_kafka_target_topics
+    from jobledger.config.checks import parse_kafka_target_topics
 
     try:
         pairs = parse_kafka_target_topics(text)
