@@ -68,6 +68,11 @@ class App:
             self._http = create_app(services, ApiKeys(self.keys))
         return self._http
 
+    def target(self, name: str, lane: str = "fast", **options: Any) -> Callable[[Any], Any]:
+        """`@app.target("mail:welcome", "long", delivery_mode="at_least_once")` registers
+        the function below it as the target's handler (`engine.targets.target`)."""
+        return self.engine.targets.target(name, lane, **options)
+
     def use_kafka(self, events: Sequence[Any] = (), **options: Any) -> Any:
         """Register the `kafka:<topic>` targets (declared producer events, plus
         KAFKA_TARGET_TOPICS) and run their producer as a runtime service."""

@@ -1,15 +1,52 @@
-"""The in-process target registry (reference §4 `JobTargetsRegistry`)."""
+"""The in-process target registry (reference §4 `JobTargetsRegistry`).
+
+A handler is an `async def` (or an object with an `async def __call__`). A plain `def`
+is accepted too and runs in a worker thread (`asyncio.to_thread`), so a blocking call
+(an HTTP client, an SMTP library) does not stall the lanes' event loop — and a plain
+function no longer "runs, then fails on `await None`" and repeats its side effect.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from jobledger.domain.errors import DuplicateTarget, InvalidArgument, UnknownTarget
 from jobledger.domain.jobs import DeliveryMode, Job, Lane
 from jobledger.domain.policies import DEFAULT_MAX_ATTEMPTS
 
 Handler = Callable[[Job], Awaitable[object]]
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    """An `async def`, a partial of one, or an object whose `__call__` is one."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    if inspect.iscoroutinefunction(handler):
+        return True
+    if inspect.isfunction(handler) or inspect.ismethod(handler):
+        return False
+    return inspect.iscoroutinefunction(type(handler).__call__)
+
+
+def as_async(handler: Callable[[Job], Any]) -> Handler:
+    """`handler` itself when it is async; a plain `def` wrapped to run in a thread (an
+    awaitable it returns is awaited on the loop)."""
+    if is_async_handler(handler):
+        return handler
+
+    @functools.wraps(handler)
+    async def in_thread(job: Job) -> object:
+        result = await asyncio.to_thread(handler, job)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    return in_thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +69,7 @@ class TargetRegistry:
         self,
         name: str,
         lane: Lane | str,
-        handler: Handler,
+        handler: Callable[[Job], Any],
         *,
         delivery_mode: DeliveryMode | str = DeliveryMode.AT_MOST_ONCE,
         exclusive: bool = False,
@@ -44,12 +81,29 @@ class TargetRegistry:
             raise DuplicateTarget(f"target {name!r} is already registered")
         try:
             target = Target(
-                name, Lane(lane), handler, DeliveryMode(delivery_mode), exclusive, lossy
+                name, Lane(lane), as_async(handler), DeliveryMode(delivery_mode), exclusive, lossy
             )
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from exc
         self._targets[name] = target
         return target
+
+    def target(
+        self,
+        name: str,
+        lane: Lane | str = Lane.FAST,
+        *,
+        delivery_mode: DeliveryMode | str = DeliveryMode.AT_MOST_ONCE,
+        exclusive: bool = False,
+    ) -> Callable[[Callable[[Job], Any]], Callable[[Job], Any]]:
+        """Decorator form of `register`: `@app.target("mail:welcome", "long")` above the
+        handler registers it and leaves the function as it was."""
+
+        def decorate(handler: Callable[[Job], Any]) -> Callable[[Job], Any]:
+            self.register(name, lane, handler, delivery_mode=delivery_mode, exclusive=exclusive)
+            return handler
+
+        return decorate
 
     def replace_delivery_mode(self, name: str, mode: DeliveryMode) -> None:
         """Switch a registered target's mode (KAFKA_TARGET_TOPICS `topic:at_least_once`)."""
