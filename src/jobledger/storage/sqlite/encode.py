@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from jobledger.domain.events import Actor, Event
+from jobledger.domain.events import Actor, Event, actor_json
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.domain.timeutil import iso
@@ -41,6 +41,38 @@ def encode(record: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
     return tuple(values)
 
 
+#: each actor's stored text (few: the system actor signs most events)
+_ACTOR_TEXTS: dict[Actor, str] = {}
+
+
+def _actor_text(actor: Actor | None) -> str | None:
+    if actor is None:
+        return None
+    text = _ACTOR_TEXTS.get(actor)
+    if text is None:
+        text = jsontext.dumps(actor_json(actor))
+        if len(_ACTOR_TEXTS) < 4096:
+            _ACTOR_TEXTS[actor] = text
+    return text
+
+
+def encode_event(event: Event) -> tuple[Any, ...]:
+    """`encode(event_to_dict(event) + dedupe_key, EVENT_COLUMNS)`, without the dict."""
+    data = event.data
+    return (
+        event.stream,
+        event.version,
+        event.type,
+        jsontext.dumps(data if type(data) is dict else dict(data)),
+        iso(event.at),
+        _actor_text(event.actor),
+        event.trace_id,
+        event.prev_hash,
+        event.hash,
+        rows.dedupe_key_of(event),
+    )
+
+
 def decode(row: sqlite3.Row) -> dict[str, Any]:
     record = dict(zip(row.keys(), row, strict=True))
     for name in JSON_COLUMNS.intersection(record):
@@ -49,8 +81,20 @@ def decode(row: sqlite3.Row) -> dict[str, Any]:
     return record
 
 
-def decode_job(row: sqlite3.Row) -> Job:
-    return rows.job_from_dict(decode(row))
+_PAYLOAD = rows.JOB_FIELDS.index("payload")
+_HEADERS = rows.JOB_FIELDS.index("headers")
+_ACTOR = rows.JOB_FIELDS.index("actor")
+
+
+def decode_job(row: Sequence[Any]) -> Job:
+    """A job from a row selected as `JOB_SELECT` (a tuple or a `sqlite3.Row`): its JSON
+    columns parsed in place, then `rows.job_from_row` (the lanes' reads: no dict)."""
+    values = list(row)
+    for index in (_PAYLOAD, _HEADERS, _ACTOR):
+        text = values[index]
+        if text is not None:
+            values[index] = load_json(text)
+    return rows.job_from_row(values)
 
 
 def decode_schedule(row: sqlite3.Row) -> Schedule:

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 from jobledger.domain.jobs import TRANSITION_FIELDS
 from jobledger.storage import rows
 
 JOB_COLUMNS = (*rows.JOB_FIELDS, "order_key")
-EVENT_COLUMNS = (*(f for f in rows.EVENT_FIELDS if f != "position"), "dedupe_key")
+#: what an event row is written with, in the order `encode.encode_event` gives them
+EVENT_COLUMNS = (
+    "stream",
+    "version",
+    "type",
+    "data",
+    "at",
+    "actor",
+    "trace_id",
+    "prev_hash",
+    "hash",
+    "dedupe_key",
+)
 
 
 def q(name: str) -> str:
@@ -39,3 +52,27 @@ SCHEDULE_SELECT = f"SELECT {', '.join(q(c) for c in rows.SCHEDULE_FIELDS)} FROM 
 EVENT_SELECT = (
     "SELECT position, stream, version, type, data, at, actor, trace_id, prev_hash, hash FROM events"
 )
+
+
+#: rows per multi-row statement of an outcome batch (SQLite binds at most 32,766
+#: parameters; an event row has 10, a job update 1 + the transition fields)
+ROWS_PER_STATEMENT = 100
+
+
+@cache
+def insert_events_sql(count: int) -> str:
+    """`INSERT_EVENT` for `count` rows in one statement."""
+    row = f"({', '.join('?' for _ in EVENT_COLUMNS)})"
+    names = ", ".join(q(c) for c in EVENT_COLUMNS)
+    return f"INSERT INTO events ({names}) VALUES {', '.join(row for _ in range(count))}"
+
+
+@cache
+def update_jobs_sql(count: int) -> str:
+    """`UPDATE_JOB` for `count` rows in one statement: values (id, *TRANSITION_FIELDS)."""
+    row = f"({', '.join('?' for _ in range(1 + len(TRANSITION_FIELDS)))})"
+    sets = ", ".join(f"{q(c)} = v.column{i + 2}" for i, c in enumerate(TRANSITION_FIELDS))
+    return (
+        f"UPDATE jobs SET {sets} FROM (VALUES {', '.join(row for _ in range(count))}) AS v"
+        " WHERE jobs.id = v.column1"
+    )
