@@ -1,237 +1,271 @@
-"""The composition root: one place that builds a running jobledger from Settings.
+"""`jobledger.App`: one object that declares an application — its store, settings,
+targets and schedules — and that `jobledger worker --app`, `jobledger serve --app`,
+scripts and tests all load the same way.
 
-    app = build(load_settings())          # store, Engine, Scheduler, Runtime, HTTP
-    app.scheduler.declare("nightly", "0 2 * * *", handler)
-    app.engine.targets.register("mail:welcome", "long", send)
-    await app.start()                     # open the store, sync schedules, start workers
-    await app.serve_http("127.0.0.1", 8080)   # until stopped
-    await app.stop()
+    app = jobledger.App(store="sqlite:///app.db")
 
-What a pod runs, in start order: the lossy runner (hand-off works even with workers
-off), then — with workers on — the runtime's services (the Kafka producer), the lanes,
-and its reactors (schedule ticker, stats projection, DEAD retention, the log archive).
-Stopping runs the other way round. Telemetry (run lines, alerts, Prometheus metrics,
-OpenTelemetry spans) hangs off `engine.observers`; missing optional packages leave
-their observer out with a warning.
+    @app.target("mail:welcome", lane="long", delivery_mode="at_least_once")
+    async def send_welcome(job): ...
+
+    @app.schedule("nightly_report", "0 2 * * *")
+    async def nightly(run): ...
+
+    async with app:                           # open the store, start the workers
+        async with app.transaction() as tx:
+            await app.enqueue("mail:welcome", {"user": 7}, tx=tx)
+
+Declarations are kept until the app starts (or `app.pod` is first used); then the pod
+(store, engine, scheduler, lanes, HTTP: jobledger/pod.py) is built from them. The store
+is the CLI's `--store` when given, else `App(store=...)`, else the settings'
+(`JOBLEDGER_STORE`, the config file), else `sqlite:///jobledger.db`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+import dataclasses
+import inspect
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, TypeVar
 
-from jobledger.admin import JobAdmin
 from jobledger.config.settings import Settings
-from jobledger.core.clock import Clock, SystemClock
-from jobledger.engine import Engine
-from jobledger.reactors.runtime import Reactor, Runtime
+from jobledger.core.clock import Clock
+from jobledger.core.handlers import PayloadType, no_handler, payload_type_of, typed_handler
+from jobledger.core.registry import as_async
+from jobledger.domain.errors import ConfigError
+from jobledger.domain.jobs import JobStatus
+from jobledger.engine import Enqueued
+from jobledger.pod import Pod, build
 from jobledger.storage.port import Store
-from jobledger.storage.urls import open_store, store_url
 
-logger = logging.getLogger("jobledger.app")
+__all__ = ["App", "Pod", "build"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Target:
+    name: str
+    lane: str
+    handler: Callable[..., Any] | None
+    delivery_mode: str
+    exclusive: bool
+    payload: type[Any] | None
+    max_attempts: int | None
+
+
 class App:
-    settings: Settings
-    store: Store
-    engine: Engine
-    scheduler: Any  # jobledger.reactors.scheduler.Scheduler
-    runtime: Runtime
-    keys: Mapping[str, Any]  # API key -> jobledger.http.auth.Principal
-    generated_key: str | None = None  # set when no key was configured (printed by serve/demo)
-    lossy: Any = None  # jobledger.targets.lossy.LossyRunner
-    kafka: Any = None  # jobledger.targets.kafka.KafkaTarget, once use_kafka() was called
-    _http: Any = None
-    _server: Any = None
-    _started: bool = False
-    _workers: list[Any] = field(default_factory=list)
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store_arg = store
+        self.settings = settings
+        self.clock = clock
+        self._targets: dict[str, _Target] = {}
+        self._schedules: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = []
+        self._on_build: list[Callable[[Pod], Any]] = []
+        self._pod: Pod | None = None
+        self._pending: list[Any] = []  # awaitables the build hooks returned
+
+    # --- declaring ---------------------------------------------------------------------
+    def target(
+        self,
+        name: str,
+        *,
+        lane: str = "long",
+        delivery_mode: str = "at_most_once",
+        exclusive: bool = False,
+        payload: type[Any] | None = None,
+        max_attempts: int | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as the handler of target `name`.
+
+        `async def` handlers run on the event loop, plain `def` ones in a worker thread.
+        With `payload` (a dataclass or pydantic model; also read from the handler's
+        first parameter's annotation) the payload is validated at enqueue and the
+        handler receives the rebuilt object (and the job, if it takes a second
+        parameter); without it, the handler receives the `Job`.
+        """
+
+        def decorate(fn: F) -> F:
+            self._declare(
+                _Target(
+                    name,
+                    lane,
+                    fn,
+                    delivery_mode,
+                    exclusive,
+                    payload or payload_type_of(fn),
+                    max_attempts,
+                )
+            )
+            return fn
+
+        return decorate
+
+    def register(self, name: str, lane: str, handler: Callable[..., Any], **options: Any) -> None:
+        """`app.target(name, lane=lane, **options)(handler)` without the decorator."""
+        self.target(name, lane=lane, **options)(handler)
+
+    def declare_target(
+        self, name: str, *, lane: str = "long", payload: type[Any] | None = None
+    ) -> None:
+        """A target this process only enqueues to (its handler lives in the workers'
+        code): a process with workers on refuses to start with it."""
+        self._declare(_Target(name, lane, None, "at_most_once", False, payload, None))
+
+    def schedule(self, code: str, cron: str, **options: Any) -> Callable[[F], F]:
+        """Declare a cron schedule; options as `Scheduler.declare` (timezone, ...)."""
+
+        def decorate(fn: F) -> F:
+            self._unbound("declare a schedule")
+            self._schedules.append((code, cron, as_async(fn), options))
+            return fn
+
+        return decorate
+
+    def on_build(self, fn: Callable[[Pod], Any]) -> Callable[[Pod], Any]:
+        """Call `fn(pod)` once the pod is built (e.g. `pod.use_kafka(EVENTS)`); an
+        awaitable it returns is awaited by `start()`."""
+        self._unbound("add a build hook")
+        self._on_build.append(fn)
+        return fn
+
+    def _declare(self, target: _Target) -> None:
+        self._unbound(f"declare target {target.name!r}")
+        if target.name in self._targets:
+            raise ConfigError(f"target {target.name!r} is declared twice")
+        self._targets[target.name] = target
+
+    def _unbound(self, what: str) -> None:
+        if self._pod is not None:
+            raise ConfigError(f"cannot {what}: the app is already built (declare first)")
+
+    # --- building ----------------------------------------------------------------------
+    def bind(
+        self,
+        settings: Settings | None = None,
+        *,
+        url: str | None = None,
+        pod_id: str | None = None,
+    ) -> Pod:
+        """Build the pod from the declarations (the CLI passes its settings and
+        `--store`); settings default to `App(settings=...)`, else the environment and
+        JOBLEDGER_CONFIG."""
+        if self._pod is not None:
+            return self._pod
+        if settings is None:
+            settings = self.settings
+        if settings is None:
+            from jobledger.config.load import load_settings
+
+            settings = load_settings()
+        store = self.store_arg if url is None and not isinstance(self.store_arg, str) else None
+        if url is None and isinstance(self.store_arg, str):
+            url = self.store_arg
+        pod = build(settings, store=store, url=url, clock=self.clock, pod_id=pod_id)
+        self._install(pod)
+        self._pod = pod
+        for hook in self._on_build:
+            result = hook(pod)
+            if inspect.isawaitable(result):
+                self._pending.append(result)
+        return pod
+
+    def _install(self, pod: Pod) -> None:
+        targets = pod.engine.targets
+        for t in self._targets.values():
+            handler: Callable[..., Any] = t.handler or no_handler()
+            if t.payload is not None:
+                typed = PayloadType(t.payload)
+                pod.engine.payload_types[t.name] = typed
+                if t.handler is not None:
+                    handler = typed_handler(t.handler, typed)
+            targets.register(
+                t.name, t.lane, handler, delivery_mode=t.delivery_mode, exclusive=t.exclusive
+            )
+            if t.max_attempts is not None:
+                targets.set_max_attempts(t.name, t.max_attempts)
+        for code, cron, fn, options in self._schedules:
+            pod.scheduler.declare(code, cron, fn, **options)
 
     @property
-    def http(self) -> Any:
-        """The Starlette application (built on first use; needs the `http` extra)."""
-        if self._http is None:
-            from jobledger.http.app import create_app
-            from jobledger.http.auth import ApiKeys
-            from jobledger.http.services import Services
+    def pod(self) -> Pod:
+        return self._pod if self._pod is not None else self.bind()
 
-            services = Services(
-                store=self.store,
-                clock=self.engine.clock,
-                jobs=JobAdmin(self.store, self.engine.clock),
-                schedules=self.scheduler,
-            )
-            self._http = create_app(services, ApiKeys(self.keys))
-        return self._http
+    @property
+    def engine(self) -> Any:
+        return self.pod.engine
 
-    def target(self, name: str, lane: str = "fast", **options: Any) -> Callable[[Any], Any]:
-        """`@app.target("mail:welcome", "long", delivery_mode="at_least_once")` registers
-        the function below it as the target's handler (`engine.targets.target`)."""
-        return self.engine.targets.target(name, lane, **options)
+    @property
+    def scheduler(self) -> Any:
+        return self.pod.scheduler
 
-    def use_kafka(self, events: Sequence[Any] = (), **options: Any) -> Any:
-        """Register the `kafka:<topic>` targets (declared producer events, plus
-        KAFKA_TARGET_TOPICS) and run their producer as a runtime service."""
-        from jobledger.targets.kafka import install_kafka
-
-        if self.kafka is not None:
-            raise RuntimeError("use_kafka() was already called")
-        self.kafka = install_kafka(
-            self.engine, events, bootstrap=options.pop("bootstrap", None), **options
-        )
-        self.runtime.services.append(self.kafka)
-        return self.kafka
-
+    # --- running -----------------------------------------------------------------------
     async def start(self, *, workers: bool | None = None) -> None:
-        """Open the store, sync the declared schedules, start the lossy runner and (with
-        workers) the runtime. `workers` defaults to `settings.workers`."""
-        await self.store.open()
-        run = self.settings.workers if workers is None else workers
-        try:
-            if self.lossy is not None:
-                await self.lossy.start()
-            if run:
-                await self.runtime.start()
-            else:
-                await self.scheduler.sync()
-        except BaseException:
-            # a boot that fails half-way (a dropped connection during the schedule sync)
-            # must not leave lanes, heartbeats or the lossy consumer running
-            await self._stop_parts()
-            raise
-        self._started = True
+        """Open the store, sync the schedules and (with workers) start the lanes."""
+        pod = self.pod
+        run = pod.settings.workers if workers is None else workers
+        missing = [t.name for t in self._targets.values() if t.handler is None]
+        if run and missing:
+            raise ConfigError(
+                f"target {missing[0]!r} has no handler in this process: give it one with"
+                " @app.target, or run this process without workers (JOBS_WORKERS=off)"
+            )
+        while self._pending:
+            await self._pending.pop(0)
+        await pod.start(workers=workers)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._started:
-            await self._stop_parts()
-            self._started = False
-        await self.store.close()
+        if self._pod is not None:
+            await self._pod.stop()
 
-    async def _stop_parts(self) -> None:
-        await self.runtime.stop()
-        await self.scheduler.stop()
-        if self.lossy is not None:
-            await self.lossy.stop()
+    async def __aenter__(self) -> App:
+        await self.start()
+        return self
 
-    async def serve_http(
+    async def __aexit__(
         self,
-        host: str = "127.0.0.1",
-        port: int = 8080,
-        *,
-        on_ready: Callable[[str], None] | None = None,
-        until: asyncio.Event | None = None,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
-        """Serve the admin API and page with uvicorn until `until` is set (or `stop()`).
+        await self.stop()
 
-        `on_ready(base_url)` is called once the socket listens (port 0 picks a free
-        one). Signals are the caller's business: uvicorn's own handlers stay off.
-        """
-        server = _server(self.http, host, port)
-        self._server = server
-        task = asyncio.create_task(server.serve(), name="jobledger-http")
-        waiter = asyncio.create_task((until or asyncio.Event()).wait())
-        try:
-            while not server.started:
-                if task.done():
-                    await task  # raises the bind error
-                    raise OSError(f"could not listen on {host}:{port}")
-                await asyncio.sleep(0.02)
-            if on_ready is not None:
-                sock = server.servers[0].sockets[0]
-                bound_host, bound_port = sock.getsockname()[:2]
-                on_ready(f"http://{bound_host}:{bound_port}")
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            self._server = None
+    # --- enqueueing --------------------------------------------------------------------
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """A transaction on the store (`tx.native` is the store's own handle)."""
+        return self.pod.engine.transaction()
 
+    async def enqueue(
+        self, target: str, payload: Any = None, *, tx: Any, **options: Any
+    ) -> Enqueued:
+        """`Engine.enqueue`: append the job inside `tx` (yours or `app.transaction()`)."""
+        return await self.pod.engine.enqueue(target, payload, tx=tx, **options)
 
-def _server(asgi: Any, host: str, port: int) -> Any:
-    import uvicorn
+    async def wait_done(self, *job_ids: str | None, timeout_s: float = 30.0) -> None:
+        """Wait until each job left the queue (done, skipped, cancelled) or is DEAD, for
+        scripts that enqueue and then watch the app's own workers deliver."""
+        store = self.pod.store
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        for job_id in job_ids:
+            while job_id is not None:
+                job = await store.get_job(job_id)
+                if job is None or job.status == JobStatus.DEAD:
+                    break
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError(f"job {job_id} still {job.status.value} after {timeout_s}s")
+                await asyncio.sleep(0.05)
 
-    class QuietServer(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
+    async def run_until_idle(self, *, max_rounds: int = 1000) -> Any:
+        """Run every job (and schedule slot) due now, in this task, until nothing is
+        due; for tests (docs/testing.md). See `jobledger.testing.run_until_idle`."""
+        from jobledger.testing import run_until_idle
 
-    config = uvicorn.Config(
-        asgi, host=host, port=port, log_level="warning", lifespan="off", access_log=False
-    )
-    return QuietServer(config)
-
-
-def build(
-    settings: Settings | None = None,
-    *,
-    store: Store | None = None,
-    url: str | None = None,
-    clock: Clock | None = None,
-    api_keys: str | None = None,
-    pod_id: str | None = None,
-) -> App:
-    """Wire a store (from `url`, `settings.store_url`, JOBLEDGER_STORE or the SQLite
-    default), the engine with its telemetry, the scheduler, the lossy runner, the lane
-    runtime with its reactors, Kafka when KAFKA_TARGET_TOPICS names topics, and the
-    admin keys."""
-    from jobledger.observability.logs import install_observers
-    from jobledger.projections.archive import LogArchive
-    from jobledger.projections.retention import Retention
-    from jobledger.projections.stats import stats_reactor
-    from jobledger.reactors.scheduler import Scheduler
-    from jobledger.targets.lossy import install_lossy
-
-    settings = settings or Settings()
-    if store is None:
-        store = open_store(store_url(url or settings.store_url), partitions=settings.partitions)
-    engine = Engine(store, clock=clock or SystemClock(), settings=settings)
-    install_observers(engine, settings)
-    scheduler = Scheduler(engine)
-    reactors: list[Reactor] = [
-        scheduler,
-        stats_reactor(engine),
-        Retention.for_engine(engine),
-        LogArchive(
-            store,
-            settings.log_archive_dir,
-            retention_days=settings.log_retention_days,
-            clock=engine.clock,
-        ),
-    ]
-    runtime = Runtime(engine, pod_id=pod_id, reactors=reactors)
-    keys, generated = _keys(settings, api_keys)
-    app = App(
-        settings,
-        store,
-        engine,
-        scheduler,
-        runtime,
-        keys,
-        generated,
-        lossy=install_lossy(engine, settings),
-    )
-    if settings.kafka_target_topics:
-        app.use_kafka(())
-    return app
-
-
-def _keys(settings: Settings, explicit: str | None) -> tuple[dict[str, Any], str | None]:
-    """Configured API keys; with none, one generated admin key for this process."""
-    try:
-        from jobledger.config.api_keys import Principal, parse_api_keys
-        from jobledger.http.auth import generate_key
-    except ImportError:  # the http extra is not installed: no HTTP, no keys needed
-        return {}, None
-    keys = parse_api_keys(explicit) if explicit else parse_api_keys(settings.api_keys)
-    if keys:
-        return dict(keys), None
-    key = generate_key()
-    return {key: Principal("admin", "admin")}, key
+        return await run_until_idle(self, max_rounds=max_rounds)

@@ -9,6 +9,7 @@ async with engine.transaction() as tx:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from typing import Any
 from jobledger.config.settings import Settings
 from jobledger.core import context
 from jobledger.core.clock import Clock, SystemClock
+from jobledger.core.handlers import PayloadType
 from jobledger.core.ids import new_id
 from jobledger.core.registry import TargetRegistry
 from jobledger.domain import job_commands
@@ -60,6 +62,8 @@ class Engine:
         self.lossy_handoff: Any = None
         #: run lines, alerts, metrics and traces hang off this fan-out
         self.observers = Observers()
+        #: typed payloads by target (`App.target(payload=...)`): validated at enqueue
+        self.payload_types: dict[str, PayloadType] = {}
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]:
         return self.store.transaction()
@@ -97,6 +101,9 @@ class Engine:
         at_ms = int(stamp.at.timestamp() * 1000)
         for index, item in enumerate(items):
             target = self.targets.get(item.target)
+            typed = self.payload_types.get(item.target)
+            if typed is not None:
+                item = dataclasses.replace(item, payload=typed.encode(item.payload))
             check_new_job(item, self.settings.max_payload_bytes)
             if target.lossy:
                 lossy.append((index, item))

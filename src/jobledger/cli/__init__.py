@@ -14,6 +14,7 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+from jobledger.cli._options import add_global_options
 from jobledger.domain.errors import JobledgerError
 
 
@@ -23,13 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="An event-sourced job engine: transactional enqueue, ordered lanes,"
         " cron schedules and an append-only audit log.",
     )
-    parser.add_argument(
-        "--store",
-        default=None,
-        help="store URL: sqlite:///path.db (default sqlite:///jobledger.db), "
-        "postgresql://…, mongodb://…; or JOBLEDGER_STORE",
-    )
-    parser.add_argument("--config", default=None, help="config file (TOML); or JOBLEDGER_CONFIG")
+    add_global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -37,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"{__name__}.{info.name}")
         if hasattr(module, "register"):  # a helper module (e.g. progress) adds no command
             module.register(sub)
+    for command in sub.choices.values():
+        add_global_options(command)
     return parser
 
 

@@ -1,9 +1,9 @@
 """`jobledger serve`: the admin API and page, the lane workers and the schedule ticker,
 on the configured store (SQLite file by default), until Ctrl-C or SIGTERM.
 
-Targets and schedules are code: `--setup package.module:function` names a function
-that receives the `jobledger.app.App` before it starts and registers them
-(`app.engine.targets.register(...)`, `app.scheduler.declare(...)`); it may be async.
+Targets and schedules are code: `--app module:attribute` names your `jobledger.App`
+(a module in the current directory is found without PYTHONPATH; `module` alone means
+`module:app`). `--setup` is the old spelling: a function called with the pod.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
-import inspect
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from jobledger.domain.errors import ConfigError
+from jobledger.cli._options import add_app_option, add_http_options
+
+__all__ = ["add_http_options", "print_access", "stop_on_signals"]
 
 if TYPE_CHECKING:
     from jobledger.cli.worker import StopDeadline
@@ -32,38 +32,13 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_http_options(parser)
-    parser.add_argument(
-        "--setup",
-        metavar="MODULE:FUNCTION",
-        default=None,
-        help="a function called with the App to register targets and schedules",
-    )
+    add_app_option(parser)
     parser.add_argument(
         "--no-workers",
         action="store_true",
         help="serve the API only: no lanes, no ticker (schedules still sync)",
     )
     parser.set_defaults(func=run)
-
-
-def add_http_options(parser: argparse.ArgumentParser, *, port: int = 8080) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, default=port, help=f"listen port (default {port}; 0 picks a free one)"
-    )
-
-
-def load_setup(spec: str) -> Callable[..., Any]:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"--setup {spec!r}: expected package.module:function")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"--setup {spec!r}: {exc}") from exc
-    if not callable(target):
-        raise ConfigError(f"--setup {spec!r} is not callable")
-    return target  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager
@@ -114,20 +89,18 @@ async def _serve(
 ) -> int:
     """Serve until SIGINT / SIGTERM; then stop within `stop_timeout_s` (`deadline`, when
     given, ends the process if the stop is still waiting then)."""
-    from jobledger.app import build
+    from jobledger.app import App
+    from jobledger.cli._load import load_app
     from jobledger.config.load import load_settings
     from jobledger.observability.logs import configure_logging
 
     settings = load_settings(file=getattr(args, "config", None))
     configure_logging(settings)
-    app = build(settings, url=getattr(args, "store", None))
-    if args.setup:
-        result = load_setup(args.setup)(app)
-        if inspect.isawaitable(result):
-            await result
+    user_app = load_app(args.app) if args.app else App()
+    app = user_app.bind(settings, url=getattr(args, "store", None))
     stop = asyncio.Event()
     with stop_on_signals(stop):
-        await app.start(workers=False if args.no_workers else None)
+        await user_app.start(workers=False if args.no_workers else None)
         try:
 
             def ready(base: str) -> None:

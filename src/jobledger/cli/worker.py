@@ -1,15 +1,10 @@
 """`jobledger worker`: run the lanes (and the schedule ticker) of one pod until SIGTERM.
 
-    jobledger --store sqlite:///jobs.db worker --app myapp.jobs:setup
+    jobledger --store sqlite:///jobs.db worker --app myapp:app
 
-`--app module:function` names the function that registers your targets and schedules.
-It is called once, before anything starts, with the engine — and, when it takes a
-second parameter, with the whole app (`app.scheduler.declare(...)`):
-
-    def setup(engine, app=None):
-        engine.targets.register("kafka:orders", "fast", send_order)
-        if app is not None:
-            app.scheduler.declare("nightly", "0 2 * * *", nightly)
+`--app module:attribute` names your `jobledger.App` (its targets and schedules); a
+module in the current directory is found without PYTHONPATH, and `module` alone means
+`module:app`. A setup function `setup(engine, app=None)` is still accepted.
 
 Settings come from the config file (`--config`/JOBLEDGER_CONFIG) and the environment
 (`JOBLEDGER_<NAME>`, `JOBS_WORKERS=off` for an enqueue-only pod); the store from
@@ -26,16 +21,13 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import importlib
-import inspect
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
-from jobledger.domain.errors import ConfigError
+from jobledger.cli._options import add_app_option
 
 logger = logging.getLogger("jobledger.worker")
 
@@ -50,26 +42,12 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--app", default=None, help="module:function that registers targets")
+    add_app_option(parser)
     parser.add_argument("--pod-id", default=None, help="pod id (default hostname:pid:uuid8)")
     parser.add_argument(
         "--log-level", default=None, help="logging level (default: the log_level setting)"
     )
     parser.set_defaults(func=run)
-
-
-def load_app_function(spec: str) -> Callable[..., Any]:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"--app {spec!r}: expected module:function")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"--app {spec!r}: cannot import {module_name}: {exc}") from exc
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ConfigError(f"--app {spec!r}: {attr} is not a function of {module_name}")
-    return fn  # type: ignore[no-any-return]
 
 
 class StopDeadline:
@@ -108,16 +86,9 @@ def _exit_late(timeout_s: float) -> None:
     os._exit(EXIT_STOP_TIMEOUT)
 
 
-def _call_setup(fn: Callable[..., Any], app: Any) -> Any:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-    return fn(app.engine, app) if len(params) >= 2 else fn(app.engine)
-
-
 def run(args: argparse.Namespace) -> int:
-    from jobledger.app import build
+    from jobledger.app import App
+    from jobledger.cli._load import load_app
     from jobledger.config.load import load_settings
     from jobledger.observability.logs import configure_logging
     from jobledger.reactors.runtime import wait_for_signal
@@ -126,18 +97,14 @@ def run(args: argparse.Namespace) -> int:
     if args.log_level:
         settings = dataclasses.replace(settings, log_level=str(args.log_level).upper())
     configure_logging(settings)
-    app = build(settings, url=args.store, pod_id=args.pod_id)
-    setup = load_app_function(args.app) if args.app else None
+    app = load_app(args.app) if args.app else App()
+    app.bind(settings, url=args.store, pod_id=args.pod_id)
     deadline = StopDeadline()
 
     async def main() -> None:
-        if setup is not None:
-            result = _call_setup(setup, app)
-            if inspect.isawaitable(result):
-                await result
         try:
             await app.start()
-            pod = getattr(app.runtime, "pod", "?")
+            pod = app.pod.runtime.pod
             logger.info("worker %s running (workers %s)", pod, "on" if settings.workers else "off")
             await wait_for_signal()
         finally:
