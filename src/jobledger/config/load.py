@@ -149,11 +149,6 @@ def mask(name: str, value: Any) -> Any:
     return value
 
 
-def env_names(name: str) -> tuple[str, ...]:
-    """The environment variables that set `name`, in precedence order."""
-    return BY_NAME[name].env
-
-
 def describe() -> list[tuple[str, tuple[str, ...], Any, str]]:
     """`(name, env vars, default, meaning)` per setting (used by the docs test)."""
     defaults = Settings()
