@@ -12,8 +12,10 @@ import pytest
 
 from jobledger.cli import main
 from jobledger.config.checks import parse_kafka_target_topics
+from jobledger.config.convert import as_int
 from jobledger.config.load import describe, explain, load_settings
 from jobledger.config.settings import Settings
+from jobledger.config.spec import setting, specs
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import DeliveryMode
 
@@ -200,3 +202,15 @@ def test_every_setting_is_documented() -> None:
         for var in env:
             assert f"`{var}`" in text, var
     assert {f.name for f in dataclasses.fields(Settings)} == {row[0] for row in describe()}
+
+
+def test_a_setting_without_its_spec_is_named() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Partial:
+        known: int = dataclasses.field(default=1, metadata=setting(as_int, None, "A number."))
+        forgotten: int = 2
+
+    with pytest.raises(TypeError, match=r"Partial\.forgotten needs metadata=setting"):
+        specs(Partial)
+    (known,) = specs(Settings)[:1]
+    assert known.name == "partitions" and known.env == ("JOBLEDGER_PARTITIONS",)

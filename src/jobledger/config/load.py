@@ -22,11 +22,15 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from jobledger.config.settings import Settings
-from jobledger.config.spec import BY_NAME, FIELDS, SPECS, Spec
+from jobledger.config.spec import Spec, specs
 from jobledger.domain.errors import ConfigError
 
 CONFIG_ENV = "JOBLEDGER_CONFIG"
 DEFAULT = "default"
+
+SPECS = specs(Settings)
+BY_NAME = {spec.name: spec for spec in SPECS}
+FIELDS = set(BY_NAME)
 
 
 # --- resolution ---------------------------------------------------------------------------

@@ -1,52 +1,266 @@
 """Tuning numbers with the reference's values as defaults (reference §8).
 
-`jobledger.config.load` loads them from the environment and a config file and validates
-them; the engine itself only reads this dataclass.
+Each field says how it is read and checked and what it means (`metadata=setting(…)`,
+`jobledger.config.spec`): the one list of settings. `jobledger.config.load` loads them
+from the environment and a config file and validates them; the engine itself only
+reads this dataclass.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from jobledger.config.checks import (
+    at_least,
+    check_bootstrap,
+    check_code_attempts,
+    check_code_topics,
+    check_delays,
+    check_keys,
+    check_target_topics,
+    check_timezone,
+    one_of,
+    opt_positive,
+    positive,
+    url_check,
+)
+from jobledger.config.convert import (
+    as_bool,
+    as_code_attempts,
+    as_code_topics,
+    as_delays,
+    as_float,
+    as_int,
+    as_keys,
+    as_opt_days,
+    as_opt_str,
+    as_str,
+)
+from jobledger.config.spec import setting
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    partitions: int = 64
-    fast_batch: int = 100
-    long_batch: int = 10
-    retry_delays_minutes: tuple[float, ...] = (1, 2, 4, 8, 16)
-    max_attempts: int = 6
-    max_attempts_by_code: dict[str, int] = field(default_factory=dict)
-    partition_lease_s: float = 30.0
-    heartbeat_s: float = 10.0
-    worker_live_s: float = 30.0
-    long_lease_s: float = 300.0
-    long_heartbeat_s: float = 60.0
-    probe_interval_s: float = 30.0
-    safety_poll_s: float = 15.0  # jittered; only covers lost notifications
-    schedule_tick_s: float = 15.0
-    schedule_grace_s: float = 60.0
-    default_timezone: str = "UTC"
-    workers: bool = True  # JOBS_WORKERS=off → this pod only enqueues
-    gc_freeze: bool = True  # a started runtime keeps the collector off its boot objects
-    stop_timeout_s: float = 10.0  # SIGTERM → the pod has left (or exits anyway) within this
-    max_payload_bytes: int = 1_048_576
-    dead_retention_days: float = 30.0
-    log_retention_days: float | None = None  # None: keep the log forever
-    kafka_enabled: bool = True
-    kafka_target_topics: str = ""
-    kafka_bootstrap: str | None = None
-    pause_alert_s: float = 300.0
-    # --- added with jobledger.config.load (issue 11 / issue 9) ---
-    lossy_redis_url: str | None = None  # lossy targets go through a Redis stream when set
-    lossy_queue_size: int = 10_000  # in-process lossy queue bound; Redis stream MAXLEN (approx.)
-    kafka_topic_overrides: dict[str, str] = field(default_factory=dict)  # job code → topic
-    kafka_connect_timeout_s: float = 3.0
-    kafka_request_timeout_s: float = 10.0
-    schedule_default_retry: int = 3  # total runs per slot when a schedule declares none
-    schedule_skip_max_interval_s: float = 300.0  # interval ≤ this → missed-slot policy skip
-    api_keys: tuple[str, ...] = ()  # admin API keys (secrets: never printed)
-    store_url: str | None = None  # None: JOBLEDGER_STORE or sqlite:///jobledger.db
-    log_format: str = "text"  # text | json
-    log_level: str = "INFO"
-    log_archive_dir: str = "jobledger-archive"  # where the log archive writes JSON Lines
+    partitions: int = field(
+        default=64,
+        metadata=setting(as_int, at_least(1), "Fast-lane partitions (lease rows); md5(key) mod N."),
+    )
+    fast_batch: int = field(
+        default=100,
+        metadata=setting(as_int, at_least(1), "Rows read per fast-lane partition read."),
+    )
+    long_batch: int = field(
+        default=10, metadata=setting(as_int, at_least(1), "Rows reserved per long-lane batch.")
+    )
+    retry_delays_minutes: tuple[float, ...] = field(
+        default=(1, 2, 4, 8, 16),
+        metadata=setting(
+            as_delays,
+            check_delays,
+            "Wait after the 1st, 2nd, … answered failure; the last repeats.",
+        ),
+    )
+    max_attempts: int = field(
+        default=6,
+        metadata=setting(as_int, at_least(1), "Runs before DEAD (6 = first + 5 retries)."),
+    )
+    max_attempts_by_code: dict[str, int] = field(
+        default_factory=dict,
+        metadata=setting(
+            as_code_attempts, check_code_attempts, "Per job code max attempts: code=attempts,…"
+        ),
+    )
+    partition_lease_s: float = field(
+        default=30.0, metadata=setting(as_float, positive, "Partition lease length (s).")
+    )
+    heartbeat_s: float = field(
+        default=10.0,
+        metadata=setting(as_float, positive, "Partition lease and liveness heartbeat (s)."),
+    )
+    worker_live_s: float = field(
+        default=30.0,
+        metadata=setting(as_float, positive, "A pod is live while its heartbeat is newer (s)."),
+    )
+    long_lease_s: float = field(
+        default=300.0, metadata=setting(as_float, positive, "Long-lane row lease (s).")
+    )
+    long_heartbeat_s: float = field(
+        default=60.0, metadata=setting(as_float, positive, "Long-lane lease renewal interval (s).")
+    )
+    probe_interval_s: float = field(
+        default=30.0,
+        metadata=setting(as_float, positive, "One probe run through a paused target every (s)."),
+    )
+    # jittered; only covers lost notifications
+    safety_poll_s: float = field(
+        default=15.0,
+        metadata=setting(as_float, positive, "Jittered poll that covers lost wake-ups (s)."),
+    )
+    schedule_tick_s: float = field(
+        default=15.0, metadata=setting(as_float, positive, "Schedule tick interval (s).")
+    )
+    schedule_grace_s: float = field(
+        default=60.0,
+        metadata=setting(as_float, at_least(0), "A slot starting later than this is late (s)."),
+    )
+    default_timezone: str = field(
+        default="UTC",
+        metadata=setting(as_str, check_timezone, "Time zone crons are read in (IANA name)."),
+    )
+    # JOBS_WORKERS=off → this pod only enqueues
+    workers: bool = field(
+        default=True,
+        metadata=setting(
+            as_bool,
+            None,
+            "off: this pod only enqueues (no lanes, tick, lossy consumer).",
+            aliases=("JOBS_WORKERS",),
+        ),
+    )
+    # a started runtime keeps the collector off its boot objects
+    gc_freeze: bool = field(
+        default=True,
+        metadata=setting(
+            as_bool,
+            None,
+            "on: a started worker moves the objects it booted with out of the garbage"
+            " collector's scans (gc.freeze) until it stops.",
+        ),
+    )
+    # SIGTERM → the pod has left (or exits anyway) within this
+    stop_timeout_s: float = field(
+        default=10.0,
+        metadata=setting(
+            as_float,
+            positive,
+            "A stopping pod finishes in-flight runs, releases its partitions and exits within"
+            " this, whatever waits (s).",
+        ),
+    )
+    max_payload_bytes: int = field(
+        default=1_048_576,
+        metadata=setting(as_int, at_least(1), "Largest JSON payload accepted at enqueue."),
+    )
+    dead_retention_days: float = field(
+        default=30.0, metadata=setting(as_float, positive, "DEAD rows expire after (days).")
+    )
+    # None: keep the log forever
+    log_retention_days: float | None = field(
+        default=None,
+        metadata=setting(
+            as_opt_days,
+            opt_positive,
+            "Closed job streams archived out of the log after (days); unset = forever.",
+        ),
+    )
+    kafka_enabled: bool = field(
+        default=True,
+        metadata=setting(as_bool, None, "off: Kafka targets are paused, nothing is sent."),
+    )
+    kafka_target_topics: str = field(
+        default="",
+        metadata=setting(
+            as_str,
+            check_target_topics,
+            "Extra kafka:<topic> targets: topic[:at_least_once],…",
+            aliases=("KAFKA_TARGET_TOPICS",),
+        ),
+    )
+    kafka_bootstrap: str | None = field(
+        default=None,
+        metadata=setting(as_opt_str, check_bootstrap, "Kafka bootstrap servers host:port,…"),
+    )
+    pause_alert_s: float = field(
+        default=300.0,
+        metadata=setting(as_float, positive, "Alert when a target stays paused longer (s)."),
+    )
+    # lossy targets go through a Redis stream when set
+    lossy_redis_url: str | None = field(
+        default=None,
+        metadata=setting(
+            as_opt_str,
+            url_check(("redis", "rediss", "unix")),
+            "Redis for lossy targets; in-process queue when unset.",
+            aliases=("QUEUE_REDIS_URL",),
+            secret=True,
+        ),
+    )
+    # in-process lossy queue bound; Redis stream MAXLEN (approx.)
+    lossy_queue_size: int = field(
+        default=10_000,
+        metadata=setting(
+            as_int, at_least(1), "In-process lossy queue bound; approximate Redis stream MAXLEN."
+        ),
+    )
+    # job code → topic
+    kafka_topic_overrides: dict[str, str] = field(
+        default_factory=dict,
+        metadata=setting(
+            as_code_topics,
+            check_code_topics,
+            "Topic per job code, overriding the target's topic: code=topic,…",
+        ),
+    )
+    kafka_connect_timeout_s: float = field(
+        default=3.0, metadata=setting(as_float, positive, "Kafka connect timeout (s).")
+    )
+    kafka_request_timeout_s: float = field(
+        default=10.0, metadata=setting(as_float, positive, "Kafka request timeout (s).")
+    )
+    # total runs per slot when a schedule declares none
+    schedule_default_retry: int = field(
+        default=3,
+        metadata=setting(
+            as_int, at_least(1), "Total runs per slot when a schedule declares no retry_count."
+        ),
+    )
+    # interval ≤ this → missed-slot policy skip
+    schedule_skip_max_interval_s: float = field(
+        default=300.0,
+        metadata=setting(
+            as_float,
+            at_least(0),
+            "Schedules this frequent or more default to missed-slot policy skip (s).",
+        ),
+    )
+    # admin API keys (secrets: never printed)
+    api_keys: tuple[str, ...] = field(
+        default=(),
+        metadata=setting(
+            as_keys,
+            check_keys,
+            "Admin API keys key[:role[:id]],… (secret; see docs/admin.md).",
+            secret=True,
+        ),
+    )
+    # None: JOBLEDGER_STORE or sqlite:///jobledger.db
+    store_url: str | None = field(
+        default=None,
+        metadata=setting(
+            as_opt_str,
+            url_check(("memory", "sqlite", "postgres", "postgresql", "mongodb", "mongodb+srv")),
+            "Store URL (sqlite:///file.db, postgresql://…, mongodb://…, memory://).",
+            aliases=("JOBLEDGER_STORE",),
+            secret=True,
+        ),
+    )
+    # text | json
+    log_format: str = field(
+        default="text",
+        metadata=setting(
+            lambda v: as_str(v).lower(), one_of("text", "json"), "Log lines: text or json."
+        ),
+    )
+    log_level: str = field(
+        default="INFO",
+        metadata=setting(
+            lambda v: as_str(v).upper(),
+            one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+            "Root log level.",
+        ),
+    )
+    # where the log archive writes JSON Lines
+    log_archive_dir: str = field(
+        default="jobledger-archive",
+        metadata=setting(as_str, None, "Directory the log archive writes JSON Lines to."),
+    )
