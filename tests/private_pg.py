@@ -21,12 +21,14 @@ from pathlib import Path
 
 
 def pg_bin() -> Path | None:
-    """The folder of the newest installed server binaries (initdb, pg_ctl), if any."""
-    found = shutil.which("pg_ctl")
-    if found:
-        return Path(found).parent
+    """The folder of the newest installed server binaries (initdb, pg_ctl, pg_dump), if
+    any: Debian's /usr/lib/postgresql/<version>/bin, else where `pg_ctl` resolves to on
+    the PATH (a symlink in /usr/local/bin is followed to its folder)."""
     roots = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
-    return roots[-1] if roots and (roots[-1] / "initdb").exists() else None
+    if roots and (roots[-1] / "initdb").exists():
+        return roots[-1]
+    found = shutil.which("pg_ctl")
+    return Path(found).resolve().parent if found else None
 
 
 def free_port() -> int:

@@ -262,12 +262,14 @@ async def keep_evidence(
     folder = config.workdir / "evidence"
     folder.mkdir(exist_ok=True)
     summary.evidence = str(folder)
+    (folder / "summary.txt").write_text(summary.table() + "\n")  # first: whatever follows
     with (folder / "records.jsonl").open("w") as out:
         for r in recorder.records:
             out.write(json.dumps(dataclasses.asdict(r), default=str) + "\n")
     with (folder / "faults.jsonl").open("w") as out:
         for hit in faults.hits:
-            out.write(json.dumps(dataclasses.asdict(hit), default=str) + "\n")
+            pods = sorted(hit.pods) if hit.pods is not None else None
+            out.write(json.dumps({**dataclasses.asdict(hit), "pods": pods}, default=str) + "\n")
     try:
         with (folder / "events.jsonl").open("w") as out:
             await export_log(store, out)
