@@ -8,7 +8,8 @@ The log is written by the audit workload of the contract tests (every kind of jo
 transition, ~4 events per job: tests/contract/test_replay_workload.py) through the
 store's batch append (`enqueue_many`, then `Store.apply` in batches of 5,000 changes),
 in slices of 25,000 jobs. The commands run after the first slice (~100k events) and
-after the last, so the peak RSS of the small and the large log sit side by side:
+after the last, so the peak RSS of the small and the large log sit side by side (GNU
+`time`, which must be installed):
 bounded memory shows as the same figure. Same-run baseline: the bare read of every
 event row in position order by the raw driver (sqlite3 / psycopg), no decoding.
 
@@ -38,28 +39,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.contract.test_replay_workload import generate
 
 CLI = str(Path(sys.executable).with_name("jobledger"))
+TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command alone
 PG_SERVER = os.environ.get("JOBLEDGER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 PG_DATABASE = "jobledger_replay_bench"
 SLICE = 25_000  # jobs per generate() call (~100k events)
 
 
 def run_command(url: str, *args: str) -> dict[str, Any]:
-    """Run one `jobledger` command; its wall time, peak RSS (MiB, from wait4) and output."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    """Run one `jobledger` command; its wall time, peak RSS (MiB) and output.
+
+    The peak RSS comes from GNU time (`/usr/bin/time -f %M`), a small C program that
+    forks the command: `wait4` on a child forked from this bench would also count the
+    pages of the bench itself, which the child holds until it execs.
+    """
+    with tempfile.TemporaryDirectory() as name:
+        rss_file = Path(name) / "rss"
         started = time.perf_counter()
-        proc = subprocess.Popen([CLI, "--store", url, *args], stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
+        done = subprocess.run(
+            [TIME, "-f", "%M", "-o", str(rss_file), CLI, "--store", url, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         seconds = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return {
-            "seconds": seconds,
-            "rss_mib": usage.ru_maxrss / 1024,
-            "code": proc.returncode,
-            "out": out.read(),
-            "err": err.read(),
-        }
+        rss_kib = int(rss_file.read_text().split()[-1])
+    return {
+        "seconds": seconds,
+        "rss_mib": rss_kib / 1024,
+        "code": done.returncode,
+        "out": done.stdout,
+        "err": done.stderr,
+    }
 
 
 def measured(url: str, command: str, events: int) -> str:

@@ -1,0 +1,172 @@
+"""SQLite at-least-once drain through a started pod, against raw sqlite3 in the same run.
+
+    .venv/bin/python bench/sqlite_drain.py --jobs 20000 --rounds 2
+
+Each round, on fresh files in a temporary folder:
+
+* **engine**: N no-op at-least-once jobs enqueued (distinct keys, all partitions; not
+  timed), then a `Runtime` started with default settings on a default `SqliteStore`
+  (WAL, `synchronous=FULL`, the connections' threads) and timed from `start()` until the
+  last handler ran and no job is left. Prints jobs/s, the commits the pod made, and the
+  CPU time per job of this process (SQLite runs inside it).
+* **engine, inline**: the same with `SqliteStore(offload=False)` (every SQLite call on
+  the event-loop thread; not the default: an `fsync` then freezes the loop).
+* **raw same writes**: plain sqlite3 on a file with the store's own schema, filled by the
+  same enqueue: per transaction (`BEGIN IMMEDIATE`, `synchronous=FULL`) read up to 100
+  PENDING rows of a partition through `jobs_fast_pending`, insert one outcome event per
+  row (text prepared outside the timing), delete the rows, commit. The floor of what
+  SQLite does for the same rows and indexes, without the engine's domain work.
+* **raw queue**: `DELETE … RETURNING` of 100 rows per transaction on a table without
+  indexes (`synchronous=FULL`), the bare queue operation.
+
+Ratios are engine / raw from the same round. Plain script, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from drain import enqueue_noops
+
+from jobledger.config.settings import Settings
+from jobledger.domain.jobs import Job
+from jobledger.engine import Engine
+from jobledger.reactors.runtime import Runtime
+from jobledger.storage.sqlite import SqliteStore
+
+TARGET = "bench:noop"
+
+
+async def filled_store(path: Path, jobs: int, *, offload: bool = True) -> tuple[Engine, list[int]]:
+    store = SqliteStore(str(path), offload=offload)
+    await store.open()
+    engine = Engine(store, settings=Settings())
+    done = [0]
+
+    async def noop(job: Job) -> None:
+        done[0] += 1
+
+    engine.targets.register(TARGET, "fast", noop, delivery_mode="at_least_once")
+    await enqueue_noops(engine, jobs)
+    return engine, done
+
+
+async def engine_drain(folder: Path, jobs: int, *, offload: bool) -> float:
+    engine, done = await filled_store(folder / f"engine-{offload}.db", jobs, offload=offload)
+    store = engine.store
+    runtime = Runtime(engine, pod_id="bench")
+    began = time.perf_counter()
+    cpu = time.process_time()
+    await runtime.start()
+    while done[0] < jobs:
+        await asyncio.sleep(0.002)
+    while await store.next_due(list(range(64)), engine.targets.get(TARGET).lane):
+        await asyncio.sleep(0.002)
+    elapsed = time.perf_counter() - began
+    cpu = time.process_time() - cpu
+    commits = runtime.committer.commits
+    await runtime.stop()
+    await store.close()
+    label = "engine (default store)" if offload else "engine, inline (offload=False)"
+    print(
+        f"  {label:32s} {jobs / elapsed:9,.0f} jobs/s  ({elapsed:.2f} s, {commits} commits,"
+        f" {cpu / jobs * 1e6:.0f} µs CPU/job in this process)",
+        flush=True,
+    )
+    return jobs / elapsed
+
+
+async def raw_same_writes(folder: Path, jobs: int, synchronous: str = "FULL") -> float:
+    path = folder / f"raw-same-{synchronous}.db"
+    engine, _ = await filled_store(path, jobs)
+    await engine.store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    event = ("JobSucceeded", '{"attempts":1}', '{"id":"jobledger","via":"system","role":null}')
+    select = (
+        "SELECT id, stream_version, last_hash FROM jobs INDEXED BY jobs_fast_pending"
+        " WHERE status = 'PENDING' AND lane = 'fast' AND \"partition\" = ?"
+        " ORDER BY order_key, version, id LIMIT 100"
+    )
+    insert = (
+        "INSERT INTO events (stream, version, type, data, at, actor, trace_id, prev_hash, hash)"
+        " VALUES (?, ?, ?, ?, '2026-12-01T00:00:00.000Z', ?, NULL, ?, ?)"
+    )
+    drained = 0
+    began = time.perf_counter()
+    while drained < jobs:
+        for partition in range(64):
+            conn.execute("BEGIN IMMEDIATE")
+            rows = conn.execute(select, (partition,)).fetchall()
+            conn.executemany(
+                insert,
+                [(f"job:{i}", v + 1, event[0], event[1], event[2], h, h[::-1]) for i, v, h in rows],
+            )
+            ids = [r[0] for r in rows]
+            conn.execute(f"DELETE FROM jobs WHERE id IN ({', '.join('?' for _ in ids)})", ids)
+            conn.execute("COMMIT")
+            drained += len(rows)
+    elapsed = time.perf_counter() - began
+    conn.close()
+    label = f"raw same writes, {synchronous}"
+    print(f"  {label:32s} {drained / elapsed:9,.0f} jobs/s", flush=True)
+    return drained / elapsed
+
+
+def raw_queue(folder: Path, jobs: int) -> float:
+    conn = sqlite3.connect(folder / "raw-queue.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, payload TEXT)")
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO q (payload) VALUES (?)", [("x",)] * jobs)
+    conn.execute("COMMIT")
+    began = time.perf_counter()
+    drained = 0
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        rows = conn.execute(
+            "DELETE FROM q WHERE id IN (SELECT id FROM q ORDER BY id LIMIT 100) RETURNING id"
+        ).fetchall()
+        conn.execute("COMMIT")
+        if not rows:
+            break
+        drained += len(rows)
+    elapsed = time.perf_counter() - began
+    conn.close()
+    print(f"  {'raw queue DELETE…RETURNING':32s} {drained / elapsed:9,.0f} rows/s", flush=True)
+    return drained / elapsed
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for round_no in range(1, args.rounds + 1):
+        print(f"round {round_no}: {args.jobs:,} at-least-once no-op jobs", flush=True)
+        with tempfile.TemporaryDirectory(prefix="jl-sqlite-drain-") as name:
+            folder = Path(name)
+            engine = await engine_drain(folder, args.jobs, offload=True)
+            inline = await engine_drain(folder, args.jobs, offload=False)
+            same = await raw_same_writes(folder, args.jobs)
+            await raw_same_writes(folder, args.jobs, "NORMAL")
+            queue = raw_queue(folder, args.jobs)
+        print(
+            f"  ratios: engine / raw same writes {engine / same:.3f},"
+            f" inline / raw same writes {inline / same:.3f}, engine / raw queue {engine / queue:.4f}"
+        )
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
