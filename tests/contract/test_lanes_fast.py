@@ -298,7 +298,7 @@ async def test_takeover_requeues_a_marked_at_least_once_row(store: Store, clock:
     await store.apply(
         [job_commands.dispatch(row, token="t1", pod="gone", stamp=Stamp(clock.now()))]
     )
-    await runtime.fast.take_over(P)
+    await runtime.fast.take_over([P])
     row = await store.get_job(job_id)
     assert row is not None and row.inflight_token is None and row.status == JobStatus.PENDING
     events = [e.type for e in await store.read_stream(f"job:{job_id}")]

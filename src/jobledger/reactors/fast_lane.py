@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -29,6 +29,7 @@ from jobledger.domain.lanes import TargetView
 from jobledger.reactors.commit import GroupCommitter
 from jobledger.reactors.fast_worker import PartitionWorker
 from jobledger.reactors.outcome import OutcomePath
+from jobledger.reactors.waiting import safety_poll_s
 from jobledger.storage.port import LeaseGuard
 
 if TYPE_CHECKING:
@@ -101,16 +102,32 @@ class FastLane:
         return job_commands.unmark(job, Stamp(self.clock.now(), SYSTEM, job.trace_id), cause)
 
     # --- the lease keeper's listener -----------------------------------------------------
-    async def acquired(self, partition: int, until: datetime) -> None:
-        old = self.workers.get(partition)
-        if old is not None and not old.stopping:
-            old.lease_until = until
+    async def acquired(self, partitions: Sequence[int], until: datetime) -> None:
+        """Newly leased `partitions`: judge what their previous owners left in flight
+        (one read for all), start their workers, and wake those with PENDING rows (one
+        read for all; a worker with nothing to do waits for its wake-up)."""
+        fresh: list[int] = []
+        for partition in partitions:
+            old = self.workers.get(partition)
+            if old is not None and not old.stopping:
+                old.lease_until = until
+            else:
+                fresh.append(partition)
+        if not fresh:
             return
-        await self.take_over(partition)
-        worker = PartitionWorker(self, partition, until)
-        self.workers[partition] = worker
-        if self.autostart:
-            worker.task = asyncio.create_task(worker.run(), name=f"jobledger-fast-{partition}")
+        await self.take_over(fresh)
+        for partition in fresh:
+            worker = PartitionWorker(self, partition, until)
+            self.workers[partition] = worker
+            if self.autostart:
+                worker.task = asyncio.create_task(worker.run(), name=f"jobledger-fast-{partition}")
+        # the workers exist before the read: a wake-up committed meanwhile reaches them
+        try:
+            pending = await self.store.pending_partitions(fresh, due_by=None)
+        except Exception:
+            logger.exception("reading the new partitions' queues failed; waking them all")
+            pending = fresh
+        self.wake(pending)
 
     async def renewed(self, partitions: Iterable[int], until: datetime) -> None:
         for partition in partitions:
@@ -122,7 +139,7 @@ class FastLane:
                 # it stopped on its own clock, yet the store kept the lease: start afresh
                 self.workers.pop(partition, None)
                 await worker.join()
-                await self.acquired(partition, until)
+                await self.acquired([partition], until)
 
     async def lost(self, partition: int) -> None:
         worker = self.workers.pop(partition, None)
@@ -150,6 +167,23 @@ class FastLane:
             if found is not None:
                 found.wake()
 
+    async def safety_poll(self) -> None:
+        """The pod's one safety poll: wake the workers whose partitions have a row due
+        (one read for every owned partition). It only covers a wake-up that never came;
+        the change feed wakes the workers, their timers cover retries and probes."""
+        owned = sorted(p for p, w in self.workers.items() if not w.stopping)
+        if owned:
+            self.wake(await self.store.pending_partitions(owned, due_by=self.clock.now()))
+
+    async def poll_forever(self) -> None:
+        """`safety_poll` every `settings.safety_poll_s` (jittered); a failure is logged."""
+        while True:
+            await self.clock.sleep(safety_poll_s(self.settings.safety_poll_s))
+            try:
+                await self.safety_poll()
+            except Exception:
+                logger.exception("fast lane safety poll failed; trying again next time")
+
     async def step(self, partition: int) -> int | None:
         """One round of `partition` (tests drive the lane with this, autostart off)."""
         return await self.workers[partition].step()
@@ -162,9 +196,9 @@ class FastLane:
             await worker.join()
 
     # --- takeover --------------------------------------------------------------------------
-    async def take_over(self, partition: int) -> None:
-        """Judge the rows a previous owner of `partition` left in flight (reference §9)."""
-        rows = await self.store.inflight(partition)
+    async def take_over(self, partitions: Sequence[int]) -> None:
+        """Judge the rows previous owners of `partitions` left in flight (reference §9)."""
+        rows = await self.store.inflight_in(partitions)
         decided: list[tuple[Job, Outcome]] = []
         for job in rows:
             target = self.engine.targets.find(job.target)

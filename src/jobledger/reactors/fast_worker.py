@@ -33,7 +33,7 @@ from jobledger.domain.jobs import Change, Job, JobStatus
 from jobledger.domain.lanes import BatchPlan
 from jobledger.domain.policies import send_deadline
 from jobledger.reactors.fast_pass import PartitionPass
-from jobledger.reactors.waiting import safety_poll_s, wait_for
+from jobledger.reactors.waiting import wait_for
 
 if TYPE_CHECKING:
     from jobledger.reactors.fast_lane import FastLane
@@ -57,7 +57,7 @@ class PartitionWorker:
         self.partition = partition
         self.lease_until = lease_until
         self.event = asyncio.Event()
-        self.event.set()  # first pass at once
+        # unset: the lane wakes a new worker whose partition has rows (one read for all)
         self.stopping = False
         self.lost = False
         self.in_round = False
@@ -134,18 +134,21 @@ class PartitionWorker:
         if self._unreleased:  # compare-and-set: a release another writer beat is refused
             await self.lane.store.apply(self._unreleased)
             self._unreleased = []
-        await self.lane.take_over(self.partition)
+        await self.lane.take_over([self.partition])
         self._recovering = False
 
-    def _idle_timeout(self) -> float:
+    def _idle_timeout(self) -> float | None:
+        """Until the worker's next timer (a held retry, a paused target's probe); None
+        when it has none. The pod's one safety poll (`FastLane.safety_poll`) covers a
+        wake-up that never came."""
         now = self.lane.clock.now()
-        waits = [safety_poll_s(self.lane.settings.safety_poll_s)]
+        waits: list[float] = []
         if self.pass_.wake_at is not None:
             waits.append((self.pass_.wake_at - now).total_seconds())
         probe = self.lane.pauses.next_probe(self.pass_.paused_seen)
         if probe is not None:
             waits.append((probe - now).total_seconds())
-        return max(min(waits), 0.0)
+        return max(min(waits), 0.0) if waits else None
 
     async def step(self) -> int | None:
         """One round: the rows it sent, or None once the pass found nothing to run."""

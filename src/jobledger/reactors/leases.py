@@ -2,10 +2,11 @@
 partition_lease.service.ts, §6 "Partition lease heartbeat", §9).
 
 Every `heartbeat_s` a pod writes its liveness row, renews the leases it holds
-(`partition_lease_s`), and moves toward its fair share (`domain.policies.share_target`):
+(`partition_lease_s`) and reads the lease rows, in one `store.beat` (one statement on
+PostgreSQL), and moves toward its fair share (`domain.policies.share_target`):
 ceil(P / live pods), or max(floor, 1) while another live pod is below the floor. Takes
-are one atomic `store.take_partition` each, so two pods never hold one partition; a
-busy partition (a batch in progress) is never released. Leases and liveness rows are
+are atomic (`store.take_partitions`, one statement for the whole share on PostgreSQL),
+so two pods never hold one partition; a busy partition (a batch in progress) is never released. Leases and liveness rows are
 coordination state: plain compare-and-set rows, no events.
 """
 
@@ -17,7 +18,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -26,7 +27,7 @@ from jobledger.core.clock import Clock
 from jobledger.domain.policies import share_target
 from jobledger.observability.observe import Observer
 from jobledger.reactors.waiting import wait_for
-from jobledger.storage.port import Store
+from jobledger.storage.port import Beat, Store
 
 logger = logging.getLogger("jobledger.leases")
 
@@ -39,7 +40,7 @@ def make_pod_id() -> str:
 class PartitionListener(Protocol):
     """The fast lane, as the lease keeper sees it."""
 
-    async def acquired(self, partition: int, until: datetime) -> None: ...
+    async def acquired(self, partitions: Sequence[int], until: datetime) -> None: ...
     async def renewed(self, partitions: Iterable[int], until: datetime) -> None: ...
     async def lost(self, partition: int) -> None: ...
     async def release(self, partition: int) -> None: ...
@@ -90,18 +91,20 @@ class PartitionLeases:
         self._stop.set()
 
     async def tick(self) -> None:
-        """One heartbeat: liveness, renewals, then rebalance toward the fair share."""
+        """One heartbeat (one `store.beat`: liveness, renewals, the live pods and the
+        lease rows), then rebalance toward the fair share."""
         now = self.clock.now()
         until = now + timedelta(seconds=self.settings.partition_lease_s)
-        await self.store.heartbeat(self.pod, now)
-        await self._renew(now, until)
-        await self._rebalance(now, until)
+        since = now - timedelta(seconds=self.settings.worker_live_s)
+        beat = await self.store.beat(self.pod, now, sorted(self.owned), until, since)
+        await self._renewed(beat.held, until)
+        await self._rebalance(beat, now, until)
         self.observers.partitions_owned(self.pod, len(self.owned))
 
-    async def _renew(self, now: datetime, until: datetime) -> None:
+    async def _renewed(self, held_list: list[int], until: datetime) -> None:
         if not self.owned:
             return
-        held = set(await self.store.renew_partitions(self.pod, sorted(self.owned), now, until))
+        held = set(held_list)
         for partition in sorted(set(self.owned) - held):
             logger.warning("partition %d lease lost by %s", partition, self.pod)
             self.owned.pop(partition, None)
@@ -111,15 +114,12 @@ class PartitionLeases:
         if held:
             await self.listener.renewed(sorted(held), until)
 
-    async def _rebalance(self, now: datetime, until: datetime) -> None:
-        live = set(
-            await self.store.live_workers(now - timedelta(seconds=self.settings.worker_live_s))
-        )
+    async def _rebalance(self, beat: Beat, now: datetime, until: datetime) -> None:
+        live = set(beat.live)
         live.add(self.pod)
-        leases = await self.store.leases()
         counts = dict.fromkeys(live, 0)
         free: list[int] = []
-        for lease in leases:
+        for lease in beat.leases:
             expired = lease.lease_until is None or lease.lease_until <= now
             if lease.owner is None or expired:
                 if lease.partition not in self.owned:
@@ -131,12 +131,14 @@ class PartitionLeases:
         target = share_target(len(live), others, mine, self.partitions)
         if mine < target:
             self._rng.shuffle(free)
-            for partition in free:
-                if len(self.owned) >= target:
-                    break
-                if await self.store.take_partition(partition, self.pod, now, until):
+            taken: list[int] = []
+            while free and len(self.owned) < target:
+                ask, free = free[: target - len(self.owned)], free[target - len(self.owned) :]
+                for partition in await self.store.take_partitions(ask, self.pod, now, until):
                     self.owned[partition] = until
-                    await self.listener.acquired(partition, until)
+                    taken.append(partition)
+            if taken:
+                await self.listener.acquired(sorted(taken), until)
         elif mine > target:
             for partition in sorted(self.owned, reverse=True):
                 if len(self.owned) <= target:

@@ -99,6 +99,7 @@ class Runtime:
         await feed_ready.wait()  # subscribed before the first read: no wake-up is lost
         await self.leases.start()
         self._tasks.append(asyncio.create_task(self.leases.run(), name="jobledger-leases"))
+        self._tasks.append(asyncio.create_task(self.fast.poll_forever(), name="jobledger-poll"))
         self.long.start()
         for reactor in self.reactors:
             await reactor.start()

@@ -75,6 +75,15 @@ class Wake:
 EVERYTHING = Wake(None, None, True)
 
 
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What one heartbeat of a pod reads back (`Store.beat`)."""
+
+    held: list[int]  # of the partitions it renewed, those it still holds
+    live: list[str]  # pods whose heartbeat is newer than `live_since`
+    leases: list[PartitionLease]  # every lease row, after the renewal
+
+
 class Store(abc.ABC):
     """One database. Every method is safe to call from several pods at once."""
 
@@ -181,6 +190,49 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def release_partitions(self, pod: str, partitions: Sequence[int]) -> None: ...
+
+    # --- batched forms: one call per heartbeat, takeover and safety poll ------------------
+    # The defaults below compose the single-row methods; a store whose round trips are
+    # worth saving (PostgreSQL) overrides them with one statement each.
+    async def beat(
+        self,
+        pod: str,
+        now: datetime,
+        renew: Sequence[int],
+        until: datetime,
+        live_since: datetime,
+    ) -> Beat:
+        """One heartbeat: write `pod`'s liveness, renew its leases on `renew`, read the
+        live pods and every lease row."""
+        await self.heartbeat(pod, now)
+        held = await self.renew_partitions(pod, renew, now, until) if renew else []
+        return Beat(held, await self.live_workers(live_since), await self.leases())
+
+    async def take_partitions(
+        self, partitions: Sequence[int], pod: str, now: datetime, until: datetime
+    ) -> list[int]:
+        """`take_partition` of each of `partitions`; those taken (a partition another
+        pod is taking at this very moment may be skipped rather than waited for)."""
+        return [p for p in partitions if await self.take_partition(p, pod, now, until)]
+
+    async def inflight_in(self, partitions: Sequence[int]) -> list[Job]:
+        """`inflight` of each of `partitions`."""
+        rows: list[Job] = []
+        for partition in partitions:
+            rows += await self.inflight(partition)
+        return rows
+
+    async def pending_partitions(
+        self, partitions: Sequence[int], *, due_by: datetime | None
+    ) -> list[int]:
+        """Of `partitions`, those with a PENDING fast-lane row (due by `due_by` when it
+        is given): the partition workers a pod's safety poll wakes."""
+        found: list[int] = []
+        for partition in partitions:
+            due = await self.next_due([partition], Lane.FAST)
+            if due is not None and (due_by is None or due <= due_by):
+                found.append(partition)
+        return found
 
     # --- read models ---------------------------------------------------------------------
     @abc.abstractmethod

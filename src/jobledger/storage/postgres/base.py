@@ -40,6 +40,11 @@ class PgBase:
             row = await cur.fetchone()
         return row[0] if row else None
 
+    async def _tuples(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
     async def _jobs(self, sql: str, params: Any = None) -> list[Job]:
         """Rows selected as `JOB_COLUMNS`, decoded straight from tuples (the lanes'
         reads go through here: no dict per row)."""

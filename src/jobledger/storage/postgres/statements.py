@@ -125,6 +125,9 @@ class Statements:
     long_candidates: str
     running_codes: str
     inflight: str
+    inflight_in: str
+    pending_partitions: str
+    due_partitions: str
     next_due_fast: str
     next_due_long: str
     running: str
@@ -357,6 +360,20 @@ SELECT {JOB_COLUMNS} FROM (
             f"SELECT {JOB_COLUMNS} FROM {s}.jobs WHERE partition = %(p)s AND lane = 'fast'"
             " AND status = 'PENDING' AND inflight_token IS NOT NULL ORDER BY id"
         ),
+        inflight_in=(
+            f"SELECT {JOB_COLUMNS} FROM {s}.jobs WHERE partition = ANY(%(parts)s)"
+            " AND lane = 'fast' AND status = 'PENDING' AND inflight_token IS NOT NULL"
+            " ORDER BY partition, id"
+        ),
+        pending_partitions=f"""
+SELECT p.n FROM unnest(%(parts)s::int[]) AS p(n) WHERE EXISTS (
+  SELECT 1 FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'fast' AND partition = p.n
+) ORDER BY p.n""",
+        due_partitions=f"""
+SELECT p.n FROM unnest(%(parts)s::int[]) AS p(n) WHERE EXISTS (
+  SELECT 1 FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'fast' AND partition = p.n
+  AND next_run_at <= %(due_by)s
+) ORDER BY p.n""",
         next_due_fast=f"""
 SELECT min(d.next_run_at) FROM unnest(%(parts)s::int[]) AS p(n)
 CROSS JOIN LATERAL (

@@ -141,6 +141,17 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
     async def inflight(self, partition: int) -> list[Job]:
         return await self._jobs(self.sql.inflight, {"p": partition})
 
+    async def inflight_in(self, partitions: Sequence[int]) -> list[Job]:
+        return await self._jobs(self.sql.inflight_in, {"parts": list(partitions)})
+
+    async def pending_partitions(
+        self, partitions: Sequence[int], *, due_by: datetime | None
+    ) -> list[int]:
+        """One statement: a probe of `jobs_fast_due` per partition (the safety poll)."""
+        sql = self.sql.pending_partitions if due_by is None else self.sql.due_partitions
+        rows = await self._tuples(sql, {"parts": list(partitions), "due_by": due_by})
+        return [r[0] for r in rows]
+
     async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
         if lane == Lane.LONG:
             return as_utc(await self._value(self.sql.next_due_long))
