@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import JobStatus, Lane, NewJob, Stamp
@@ -37,43 +35,6 @@ def _new(target: str = "kafka:t", key: str | None = "DO-1", lane: Lane = Lane.FA
     )
 
 
-def _indexes() -> dict[str, tuple[str, list[tuple[str, int]], dict[str, object]]]:
-    return {str(options["name"]): (coll, keys, options) for coll, keys, options in b.index_specs()}
-
-
-def test_indexes_cover_the_reference_and_close_g10() -> None:
-    idx = _indexes()
-    assert idx["stream_version"][:2] == ("events", [("stream", 1), ("version", 1)])
-    assert idx["stream_version"][2]["unique"] is True
-    assert idx["dedupe_key"][2] == {
-        "unique": True,
-        "name": "dedupe_key",
-        "partialFilterExpression": {"dedupe_key": {"$type": "string"}},
-    }
-    coll, keys, options = idx["fast_pending"]
-    assert coll == "jobs"
-    assert keys == [("partition", 1), ("order_key", 1), ("version", 1), ("_id", 1)]
-    assert options["partialFilterExpression"] == {"status": "PENDING", "lane": "fast"}
-    assert idx["running_lease"][2]["partialFilterExpression"] == {"status": "RUNNING"}
-    running = idx["running_code"][2]
-    assert running["unique"] is True
-    assert running["partialFilterExpression"] == {
-        "status": "RUNNING",
-        "running_code": {"$type": "string"},
-    }
-    for name in ("status_newest", "target_newest", "code_newest", "key_newest"):
-        assert idx[name][1][-1] == ("_id", -1)
-    assert "dead_ttl" not in idx
-
-
-def test_dead_ttl_index_only_when_configured() -> None:
-    specs = {o["name"]: (k, o) for _, k, o in b.index_specs(dead_ttl_seconds=86400 * 30)}
-    keys, options = specs["dead_ttl"]
-    assert keys == [("closed_at", 1)]
-    assert options["expireAfterSeconds"] == 2_592_000
-    assert options["partialFilterExpression"] == {"status": "DEAD"}
-
-
 def test_job_document_round_trip_keeps_every_field() -> None:
     change = _new()
     job = change.row
@@ -90,14 +51,20 @@ def test_keyless_job_orders_by_its_own_id() -> None:
     assert b.job_doc(job)["order_key"] == "\x00" + job.id
 
 
-def test_event_document_carries_dedupe_key_only_on_enqueue() -> None:
+def test_event_document_is_pending_and_carries_dedupe_key_only_on_enqueue() -> None:
     change = _new()
-    enq = b.event_doc(change.events[0], 7)
-    assert enq["_id"] == 7 and enq["dedupe_key"] == "d-DO-1" and "position" not in enq
+    enq = b.event_doc(change.events[0])
+    assert enq["_id"] == f"job:{change.row.id}/1" and enq["dedupe_key"] == "d-DO-1"
+    assert enq["pending"] is True and "position" not in enq
     back = b.event_from_doc(enq)
-    assert back == change.events[0] and back.position == 7
+    assert back == change.events[0] and back.position is None
+    # what a sequencing step leaves: a position, no pending flag
+    where, update = b.position_update(enq["_id"], 7)
+    assert where == {"_id": enq["_id"], "pending": True}
+    positioned = {**{k: v for k, v in enq.items() if k != "pending"}, **update["$set"]}
+    assert b.event_from_doc(positioned).position == 7
     dispatched = job_commands.dispatch(change.row, token="tok", pod="pod-a", stamp=STAMP)
-    doc = b.event_doc(dispatched.events[0], 8)
+    doc = b.event_doc(dispatched.events[0])
     assert "dedupe_key" not in doc
 
 
@@ -107,6 +74,18 @@ def test_cas_query_names_row_and_expected_version() -> None:
     assert b.collection_of(claimed) == "jobs"
     assert b.cas_query(claimed) == {"_id": change.row.id, "stream_version": 1}
     assert b.row_document(claimed)["inflight_token"] == "t"
+
+
+def test_job_update_sets_transition_fields_never_the_payload() -> None:
+    change = _new()
+    claimed = job_commands.dispatch(change.row, token="t", pod="p", stamp=STAMP)
+    fields = b.row_update(claimed)["$set"]
+    assert set(fields) == {*jobs.TRANSITION_FIELDS, "partition", "lane"}
+    assert "payload" not in fields and "headers" not in fields and "_id" not in fields
+    assert fields["inflight_token"] == "t" and fields["lane"] == "fast"
+    # applying the update to the stored document gives the new row
+    stored = {**b.job_doc(change.row), **fields}
+    assert b.job_from_doc(stored) == claimed.row
 
 
 def test_schedule_change_goes_to_schedules() -> None:
@@ -206,9 +185,12 @@ def test_partition_lease_documents() -> None:
         "$or": [{"owner": None}, {"owner": "pod-a"}, {"lease_until": {"$lte": NOW}}],
     }
     assert update == {"$set": {"owner": "pod-a", "lease_until": until}}
-    query, update = b.renew_partitions("pod-a", [2, 1, 2], NOW, until)
-    assert query == {"_id": {"$in": [1, 2]}, "owner": "pod-a", "lease_until": {"$gt": NOW}}
+    query, update = b.renew_partition("pod-a", 2, NOW, until)
+    assert query == {"_id": 2, "owner": "pod-a", "lease_until": {"$gt": NOW}}
     assert update == {"$set": {"lease_until": until}}
+    query, update = b.lease_fence("pod-a", NOW, 4)
+    assert query == {"_id": 4, "owner": "pod-a", "lease_until": {"$gt": NOW}}
+    assert update == {"$inc": {"fence": 1}}
     query, update = b.release_partitions("pod-a", [1])
     assert query == {"_id": {"$in": [1]}, "owner": "pod-a"}
     assert update == {"$set": {"owner": None, "lease_until": None}}
@@ -226,55 +208,25 @@ def test_partition_lease_documents() -> None:
 
 
 def test_log_documents() -> None:
-    assert b.reserve_positions(5) == ({"_id": "events"}, {"$inc": {"value": 5}})
-    assert b.read_log_query(41) == {"_id": {"$gt": 41}}
+    assert b.read_log_query(41, 50) == (
+        {"position": {"$gt": 41, "$lte": 50}},
+        [("position", 1)],
+    )
+    assert b.step_start() == ({"_id": "events"}, {"$inc": {"steps": 1}})
+    assert b.step_finish(9) == ({"_id": "events"}, {"$set": {"high_water": 9}})
+    assert b.pending_query() == (
+        {"pending": True},
+        {"stream": 1, "version": 1},
+        [("stream", 1), ("version", 1)],
+    )
     assert b.stream_query("job:x") == {"stream": "job:x"}
-    assert b.dedupe_query(["a", "b"]) == {"dedupe_key": {"$in": ["a", "b"]}}
+    # the query repeats the partial index's filter, so the planner can use the index
+    assert b.dedupe_query(["a", "b"]) == {"dedupe_key": {"$in": ["a", "b"], "$exists": True}}
     assert b.stream_exists_query(["job:x"]) == {"stream": {"$in": ["job:x"]}, "version": 1}
     assert b.checkpoint_update(9, {"s": 1}) == {"$set": {"position": 9, "state": {"s": 1}}}
     assert b.checkpoint_update(0, None, {"_data": "tok"})["$set"]["resume_token"] == {
         "_data": "tok"
     }
-
-
-def test_change_stream_pipeline_watches_whole_row_writes_of_the_read_models() -> None:
-    pipeline = b.change_stream_pipeline()
-    match = pipeline[0]["$match"]
-    assert match["ns.coll"] == {"$in": ["jobs", "schedules"]}
-    assert match["operationType"] == {"$in": ["insert", "replace"]}
-    project = pipeline[1]["$project"]
-    assert project["fullDocument.partition"] == 1 and project["fullDocument.lane"] == 1
-
-
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        (
-            {
-                "ns": {"coll": "jobs"},
-                "operationType": "insert",
-                "fullDocument": {"partition": 12, "lane": "fast"},
-            },
-            (frozenset({12}), frozenset({Lane.FAST}), False),
-        ),
-        (
-            {
-                "ns": {"coll": "jobs"},
-                "operationType": "replace",
-                "fullDocument": {"partition": 0, "lane": "long"},
-            },
-            (frozenset({0}), frozenset({Lane.LONG}), False),
-        ),
-        (
-            {"ns": {"coll": "schedules"}, "operationType": "replace"},
-            (frozenset(), frozenset(), True),
-        ),
-        ({"ns": {"coll": "jobs"}, "operationType": "update"}, (None, None, False)),
-    ],
-)
-def test_wake_from_change(change: dict[str, object], expected: tuple[object, object, bool]) -> None:
-    wake = b.wake_from_change(change)
-    assert (wake.partitions, wake.lanes, wake.schedules) == expected
 
 
 def test_closed_streams_pipeline_keeps_open_and_recent_streams_out() -> None:

@@ -4,13 +4,17 @@ The executor (`store.py`) only passes these documents to PyMongo, so the shapes 
 server needs are unit-tested here without a server (tests/unit/test_mongodb_builders.py).
 Collections, mapped from reference §3 onto the event log and its projections:
 
-    events      the append-only log     {_id: position, stream, version, type, data, …, dedupe_key?}
+    events      the append-only log     {_id: "stream/version", stream, version, type, data,
+                                         …, dedupe_key?, pending: true | position}
     jobs        open jobs (the queue)   {_id: job id, …rows.JOB_FIELDS, order_key}
     schedules   schedules read model    {_id: code, …rows.SCHEDULE_FIELDS}
     partitions  64 lease rows           {_id: partition, owner, lease_until}
     workers     liveness rows           {_id: pod id, heartbeat_at}
     checkpoints projection checkpoints  {_id: name, position, state, resume_token?}
-    counters    log position counter    {_id: "events", value}
+    sequencer   the log's head          {_id: "events", high_water, steps}
+    migrations  applied index versions  {_id: "indexes", version}
+
+Indexes and their migrations are in `indexes.py`.
 """
 
 from __future__ import annotations
@@ -23,103 +27,12 @@ from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage import rows
-from jobledger.storage.port import JobFilter, Wake
+from jobledger.storage.port import JobFilter
 
 Doc = dict[str, Any]
 
 PENDING = "PENDING"
 RUNNING = "RUNNING"
-
-
-# --- indexes ------------------------------------------------------------------------------
-
-
-def index_specs(
-    dead_ttl_seconds: int | None = None,
-) -> list[tuple[str, list[tuple[str, int]], Doc]]:
-    """(collection, keys, options) for every index, partial where the reference has them.
-
-    The fast-lane read is index-backed on (partition, order_key, version, _id) of PENDING
-    fast rows (closes G10); the admin filters have their own indexes; the dedupe key is
-    unique in the log, so it outlives the job row (the dedupe window is the log's
-    retention). `dead_ttl_seconds` adds a TTL on DEAD rows' `closed_at` — but jobledger
-    expires DEAD rows through JobExpired events (retention service), so the TTL is only
-    for deployments that want the server to enforce it and is off by default.
-    """
-    specs: list[tuple[str, list[tuple[str, int]], Doc]] = [
-        ("events", [("stream", 1), ("version", 1)], {"unique": True, "name": "stream_version"}),
-        (
-            "events",
-            [("dedupe_key", 1)],
-            {
-                "unique": True,
-                "name": "dedupe_key",
-                "partialFilterExpression": {"dedupe_key": {"$type": "string"}},
-            },
-        ),
-        ("events", [("at", 1)], {"name": "at"}),
-        (
-            "jobs",
-            [("partition", 1), ("order_key", 1), ("version", 1), ("_id", 1)],
-            {
-                "name": "fast_pending",
-                "partialFilterExpression": {"status": PENDING, "lane": Lane.FAST.value},
-            },
-        ),
-        (
-            "jobs",
-            [("lane", 1), ("next_run_at", 1)],
-            {"name": "pending_due", "partialFilterExpression": {"status": PENDING}},
-        ),
-        (
-            "jobs",
-            [("lease_until", 1)],
-            {"name": "running_lease", "partialFilterExpression": {"status": RUNNING}},
-        ),
-        (
-            "jobs",
-            [("running_code", 1)],
-            {
-                "unique": True,
-                "name": "running_code",
-                "partialFilterExpression": {
-                    "status": RUNNING,
-                    "running_code": {"$type": "string"},
-                },
-            },
-        ),
-        (
-            "jobs",
-            [("partition", 1), ("inflight_token", 1)],
-            {
-                "name": "inflight",
-                "partialFilterExpression": {"inflight_token": {"$type": "string"}},
-            },
-        ),
-        ("jobs", [("status", 1), ("_id", -1)], {"name": "status_newest"}),
-        ("jobs", [("target", 1), ("_id", -1)], {"name": "target_newest"}),
-        ("jobs", [("code", 1), ("_id", -1)], {"name": "code_newest"}),
-        ("jobs", [("key", 1), ("_id", -1)], {"name": "key_newest"}),
-        ("workers", [("heartbeat_at", 1)], {"name": "heartbeat"}),
-        (
-            "schedules",
-            [("next_run_at", 1)],
-            {"name": "due", "partialFilterExpression": {"enabled": True}},
-        ),
-    ]
-    if dead_ttl_seconds is not None:
-        specs.append(
-            (
-                "jobs",
-                [("closed_at", 1)],
-                {
-                    "name": "dead_ttl",
-                    "expireAfterSeconds": dead_ttl_seconds,
-                    "partialFilterExpression": {"status": "DEAD"},
-                },
-            )
-        )
-    return specs
 
 
 # --- documents ----------------------------------------------------------------------------
@@ -149,10 +62,18 @@ def schedule_from_doc(doc: Mapping[str, Any]) -> Schedule:
     return rows.schedule_from_dict(record)
 
 
-def event_doc(event: Event, position: int) -> Doc:
+def event_id(stream: str, version: int) -> str:
+    """An event document's `_id`: its (stream, version) place, unique like the log's."""
+    return f"{stream}/{version}"
+
+
+def event_doc(event: Event) -> Doc:
+    """The document a transaction inserts: no position yet, `pending` until a sequencing
+    step gives it one (decisions D15), so the transaction writes only its own documents."""
     doc = rows.event_to_dict(event)
     doc.pop("position")
-    doc["_id"] = position
+    doc["_id"] = event_id(event.stream, event.version)
+    doc["pending"] = True
     key = rows.dedupe_key_of(event)
     if key is not None:
         doc["dedupe_key"] = key
@@ -160,26 +81,47 @@ def event_doc(event: Event, position: int) -> Doc:
 
 
 def event_from_doc(doc: Mapping[str, Any]) -> Event:
+    """An event; `position` is None while it is pending."""
     record = dict(doc)
-    record["position"] = record.pop("_id")
+    record.pop("_id")
+    record.pop("pending", None)
+    record.pop("dedupe_key", None)
     return rows.event_from_dict(record)
 
 
 # --- the log --------------------------------------------------------------------------------
 
-
-def reserve_positions(count: int) -> tuple[Doc, Doc]:
-    """(filter, update) for the counter: `find_one_and_update(..., upsert, return after)`.
-
-    Incrementing one counter document inside the transaction makes concurrent appenders
-    conflict, so positions are handed out in commit order (readers never skip a late
-    commit); the driver's transaction retry resolves the conflict.
-    """
-    return {"_id": "events"}, {"$inc": {"value": count}}
+HEAD_ID = "events"
+"""The sequencer collection's one document: `{_id: "events", high_water, steps}`."""
 
 
-def read_log_query(after: int) -> Doc:
-    return {"_id": {"$gt": after}}
+def step_start() -> tuple[Doc, Doc]:
+    """(filter, update) a sequencing step writes first, so two steps conflict at once:
+    `find_one_and_update(..., upsert=True)` returns the high-water mark to number from."""
+    return {"_id": HEAD_ID}, {"$inc": {"steps": 1}}
+
+
+def step_finish(high_water: int) -> tuple[Doc, Doc]:
+    return {"_id": HEAD_ID}, {"$set": {"high_water": high_water}}
+
+
+def pending_query() -> tuple[Doc, Doc, list[tuple[str, int]]]:
+    """(filter, projection, sort) of the events waiting for a position, served by the
+    partial `pending` index in (stream, version) order."""
+    return {"pending": True}, {"stream": 1, "version": 1}, [("stream", 1), ("version", 1)]
+
+
+def position_update(doc_id: str, position: int) -> tuple[Doc, Doc]:
+    """Give one pending event its position (the filter makes it a one-time write)."""
+    return {"_id": doc_id, "pending": True}, {
+        "$set": {"position": position},
+        "$unset": {"pending": ""},
+    }
+
+
+def read_log_query(after: int, high_water: int) -> tuple[Doc, list[tuple[str, int]]]:
+    """Positioned events in (after, high_water] in position order (the `position` index)."""
+    return {"position": {"$gt": after, "$lte": high_water}}, [("position", 1)]
 
 
 def stream_query(stream: str) -> Doc:
@@ -187,7 +129,9 @@ def stream_query(stream: str) -> Doc:
 
 
 def dedupe_query(keys: Sequence[str]) -> Doc:
-    return {"dedupe_key": {"$in": list(keys)}}
+    """Served by the partial unique `dedupe` index: the query repeats its filter
+    (`$exists: true`), so the planner can prove the index holds every match."""
+    return {"dedupe_key": {"$in": list(keys), "$exists": True}}
 
 
 def stream_exists_query(streams: Sequence[str]) -> Doc:
@@ -256,6 +200,22 @@ def row_document(change: Change) -> Doc:
     raise TypeError(f"no row document for {type(change.row).__name__}")
 
 
+def row_update(change: Change) -> Doc:
+    """The update of an existing row: a job's transition fields only (its identity and
+    payload never change after JobEnqueued — decisions D12), plus its partition and lane
+    so the change stream's update event carries what a wake-up needs; a schedule's
+    fields whole (a small row)."""
+    if isinstance(change.row, Job):
+        fields = rows.job_transition_dict(change.row)
+        fields.pop("id")
+        fields["partition"] = change.row.partition
+        fields["lane"] = change.row.lane.value
+        return {"$set": fields}
+    doc = row_document(change)
+    doc.pop("_id")
+    return {"$set": doc}
+
+
 def running_code_conflict_query(change: Change) -> Doc | None:
     """Another RUNNING row with the same exclusive code, if this change makes one RUNNING."""
     row = change.row
@@ -266,6 +226,12 @@ def running_code_conflict_query(change: Change) -> Doc | None:
 
 def lease_held_query(pod: str, now: datetime, partitions: Sequence[int]) -> Doc:
     return {"_id": {"$in": sorted(set(partitions))}, "owner": pod, "lease_until": {"$gt": now}}
+
+
+def lease_fence(pod: str, now: datetime, partition: int) -> tuple[Doc, Doc]:
+    """(filter, update) a guarded write makes on a lease it relies on: a write, so a
+    concurrent takeover conflicts with the transaction (writes.fence_leases)."""
+    return {"_id": partition, "owner": pod, "lease_until": {"$gt": now}}, {"$inc": {"fence": 1}}
 
 
 # --- the queue --------------------------------------------------------------------------------
@@ -354,10 +320,13 @@ def take_partition(partition: int, pod: str, now: datetime, until: datetime) -> 
     return query, {"$set": {"owner": pod, "lease_until": until}}
 
 
-def renew_partitions(
-    pod: str, partitions: Sequence[int], now: datetime, until: datetime
-) -> tuple[Doc, Doc]:
-    return lease_held_query(pod, now, partitions), {"$set": {"lease_until": until}}
+def renew_partition(pod: str, partition: int, now: datetime, until: datetime) -> tuple[Doc, Doc]:
+    """(filter, update) extending one lease `pod` still holds: one atomic update, which
+    matches iff the lease is still held (no read-then-write window)."""
+    return (
+        {"_id": partition, "owner": pod, "lease_until": {"$gt": now}},
+        {"$set": {"lease_until": until}},
+    )
 
 
 def release_partitions(pod: str, partitions: Sequence[int]) -> tuple[Doc, Doc]:
@@ -378,49 +347,3 @@ def checkpoint_update(position: int, state: Any, resume_token: Any = None) -> Do
     if resume_token is not None:
         fields["resume_token"] = resume_token
     return {"$set": fields}
-
-
-# --- change streams ---------------------------------------------------------------------------
-
-
-def change_stream_pipeline() -> list[Doc]:
-    """Watch the queue: inserts and replacements (the adapter writes whole rows).
-
-    Deletes are left out: a row leaves the queue through the pod that owns its
-    partition, which goes on reading that partition anyway. Only the fields a wake-up
-    needs are projected, so a change event stays small.
-    """
-    return [
-        {
-            "$match": {
-                "ns.coll": {"$in": ["jobs", "schedules"]},
-                "operationType": {"$in": ["insert", "replace"]},
-            }
-        },
-        {
-            "$project": {
-                "operationType": 1,
-                "ns": 1,
-                "fullDocument.partition": 1,
-                "fullDocument.lane": 1,
-                "documentKey": 1,
-            }
-        },
-    ]
-
-
-def wake_from_change(change: Mapping[str, Any]) -> Wake:
-    """Turn one change-stream document into a wake-up hint."""
-    collection = change.get("ns", {}).get("coll")
-    if collection == "schedules":
-        return Wake(frozenset(), frozenset(), True)
-    document = change.get("fullDocument") or {}
-    partition = document.get("partition")
-    lane = document.get("lane")
-    if partition is None or lane is None:
-        # a change without the row's fields: anything may be runnable
-        return Wake(None, None, False)
-    return Wake(frozenset({int(partition)}), frozenset({Lane(lane)}), False)
-
-
-HISTORY_LOST_CODES = frozenset({286, 280})  # ChangeStreamHistoryLost, ChangeStreamFatalError

@@ -1,29 +1,43 @@
 """The MongoDB adapter's executor: a few lines per port operation.
 
-Every document it sends comes from `builders.py`. Engine-owned writes run in
-multi-document transactions (majority write concern, snapshot read concern) retried the
-way `ClientSession.with_transaction` does: the whole body again on a
-`TransientTransactionError`, the commit again on `UnknownTransactionCommitResult`.
-A business module's own `AsyncClientSession` (with a transaction in progress) is joined
-by `append_in`, which never starts, commits or aborts it.
+Every document it sends comes from `builders.py` (indexes: `indexes.py`); transactions
+write through `writes.py`; log positions come from `sequencer.py` (decisions D15); the
+change feed is `watch.py`. Engine-owned writes run in multi-document transactions
+(snapshot read concern, majority write concern) retried as
+`AsyncClientSession.with_transaction` does. A business module's own
+`AsyncClientSession` (with a transaction in progress) is joined by `append_in`, which
+never starts, commits or aborts it; the session may come from the application's own
+`AsyncMongoClient`, passed as `MongoStore(client=...)`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
+
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.feed import LocalFeed, wake_of
 from jobledger.storage.mongodb import builders as b
+from jobledger.storage.mongodb.codec import database, majority, transaction_options
+from jobledger.storage.mongodb.indexes import migrate
+from jobledger.storage.mongodb.sequencer import Sequencer
+from jobledger.storage.mongodb.sequencing import log_window
+from jobledger.storage.mongodb.server import check_server
+from jobledger.storage.mongodb.watch import ChangeWatcher
+from jobledger.storage.mongodb.writes import write_changes
 from jobledger.storage.port import (
-    EVERYTHING,
     JobFilter,
     LeaseGuard,
     PartitionLease,
@@ -37,82 +51,101 @@ from jobledger.storage.rows import as_utc
 
 logger = logging.getLogger("jobledger.storage.mongodb")
 T = TypeVar("T")
+Document = dict[str, Any]
 
-FEED_CHECKPOINT = "__change_stream__"
-TOKEN_SAVE_INTERVAL_S = 1.0  # the resume token is saved at most this often
+COMMIT_RETRY_S = 120.0  # as long as with_transaction retries a commit
 
 
 class MongoStore(Store):
+    """The store on a MongoDB replica set (6.0 or later).
+
+    Give it a URL (the store opens and closes its own client) or the application's own
+    `AsyncMongoClient` (`client=`; the store never closes it) and a `database` name.
+    """
+
     name = "mongodb"
 
-    def __init__(self, url: str, *, partitions: int = 64, database: str | None = None) -> None:
-        from pymongo import AsyncMongoClient
-
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: AsyncMongoClient[Document] | None = None,
+        database: str | None = None,
+        partitions: int = 64,
+        dead_ttl_seconds: int | None = None,
+    ) -> None:
+        if (url is None) == (client is None):
+            raise TypeError("MongoStore needs exactly one of url or client=")
         self.url = url
         self.partitions = partitions
-        self.client: Any = AsyncMongoClient(url, tz_aware=True, retryWrites=True)
-        self.db: Any = (
-            self.client[database] if database else self.client.get_default_database("jobledger")
+        self.dead_ttl_seconds = dead_ttl_seconds
+        self._owns_client = client is None
+        self.client: AsyncMongoClient[Document] = (
+            client
+            if client is not None
+            else AsyncMongoClient(url, tz_aware=True, tzinfo=UTC, retryWrites=True)
         )
+        self.db: AsyncDatabase[Document] = _database(self.client, database)
         self._feed = LocalFeed()
-        self._watcher: asyncio.Task[None] | None = None
+        self.watcher = ChangeWatcher(self.db, self._feed)
+        self._watch_task: asyncio.Task[None] | None = None
+        self.sequencer = Sequencer(self.db, self._in_transaction)
 
     # --- life cycle ---------------------------------------------------------------------
     async def open(self) -> None:
+        await check_server(self.client)
         await self.migrate()
-        if self._watcher is None:
-            self._watcher = asyncio.create_task(self._watch(), name="jobledger-mongo-feed")
+        if self._watch_task is None:
+            self._watch_task = asyncio.create_task(self.watcher.run(), name="jobledger-mongo-feed")
 
     async def migrate(self) -> None:
-        existing = set(await self.db.list_collection_names())
-        for name in (
-            "events",
-            "jobs",
-            "schedules",
-            "partitions",
-            "workers",
-            "checkpoints",
-            "counters",
-        ):
-            if name not in existing:
-                try:
-                    await self.db.create_collection(name)
-                except Exception as exc:  # created concurrently by another pod
-                    if "already exists" not in str(exc):
-                        raise
-        for collection, keys, options in b.index_specs():
-            await self.db[collection].create_index(keys, **options)
+        await migrate(self.db, self.dead_ttl_seconds)
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
             with suppress(asyncio.CancelledError, Exception):
-                await self._watcher
-            self._watcher = None
+                await self._watch_task
+            self._watch_task = None
         self._feed.close()
-        await self.client.close()
+        if self._owns_client:
+            await self.client.close()
 
     # --- transactions -------------------------------------------------------------------
-    def _tx_options(self) -> dict[str, Any]:
-        from pymongo import ReadPreference, WriteConcern
-        from pymongo.read_concern import ReadConcern
-
-        return {
-            "read_concern": ReadConcern("snapshot"),
-            "write_concern": WriteConcern("majority"),
-            "read_preference": ReadPreference.PRIMARY,
-        }
-
-    async def _in_transaction(self, body: Callable[[Any], Awaitable[T]]) -> T:
+    async def _in_transaction(self, body: Callable[[AsyncClientSession], Awaitable[T]]) -> T:
         """Run `body(session)` in an engine-owned transaction, with_transaction style."""
         async with self.client.start_session() as session:
-            result: T = await session.with_transaction(body, **self._tx_options())
+            result: T = await session.with_transaction(body, **transaction_options())
             return result
+
+    async def run_in_transaction(self, callback: Callable[[Transaction], Awaitable[T]]) -> T:
+        """Run business code in a transaction, retried as `with_transaction` does.
+
+        `callback(tx)` writes with `tx.native` (the session) and enqueues with `tx=tx`.
+        On a `TransientTransactionError` (a write conflict, a failover) the transaction is
+        aborted and the *whole callback* runs again with a fresh `tx`, for up to 120 s;
+        on `UnknownTransactionCommitResult` only the commit is retried. After-commit hooks
+        are those registered by the attempt that committed, run once, after the commit;
+        hooks of aborted attempts never run. So the callback must be safe to re-run:
+        only database writes in it, side effects in `tx.after_commit`.
+        """
+        attempt: list[Transaction] = []
+
+        async def body(session: AsyncClientSession) -> T:
+            attempt[:] = [Transaction(native=session)]
+            return await callback(attempt[0])
+
+        result = await self._in_transaction(body)
+        run_after_commit(attempt[0])
+        return result
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
+        """One attempt, no retry of the body (a context manager cannot re-run it): a
+        `TransientTransactionError` reaches the caller (retry, or use
+        `run_in_transaction`); an `UnknownTransactionCommitResult` commit is retried."""
         async with self.client.start_session() as session:
-            await session.start_transaction(**self._tx_options())
+            await session.start_transaction(**transaction_options())
             tx = Transaction(native=session)
             try:
                 yield tx
@@ -120,7 +153,7 @@ class MongoStore(Store):
                 if session.in_transaction:
                     await session.abort_transaction()
                 raise
-            await session.commit_transaction()
+            await _commit(session)
         run_after_commit(tx)
 
     # --- writes -----------------------------------------------------------------------------
@@ -128,7 +161,7 @@ class MongoStore(Store):
         session = native_handle(tx)
         if not getattr(session, "in_transaction", False):
             raise TypeError("append_in needs an AsyncClientSession with a transaction in progress")
-        return await self._write(session, changes, guard=None)
+        return await write_changes(self.db, session, changes, guard=None)
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
@@ -136,100 +169,12 @@ class MongoStore(Store):
         if not changes:
             return []
 
-        async def body(session: Any) -> list[bool]:
-            return await self._write(session, changes, guard)
+        async def body(session: AsyncClientSession) -> list[bool]:
+            return await write_changes(self.db, session, changes, guard)
 
         flags = await self._in_transaction(body)
         self._publish([c for c, ok in zip(changes, flags, strict=True) if ok])
         return flags
-
-    async def _write(
-        self, session: Any, changes: Sequence[Change], guard: LeaseGuard | None
-    ) -> list[bool]:
-        """Filter every change that would lose *before* writing, so no write raises a
-        duplicate-key error (which would abort a caller's transaction)."""
-        keys = [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
-        seen = (
-            {
-                d["dedupe_key"]
-                async for d in self.db.events.find(
-                    b.dedupe_query(keys), {"dedupe_key": 1}, session=session
-                )
-            }
-            if keys
-            else set()
-        )
-        new_streams = [c.stream for c in changes if c.is_new]
-        existing = (
-            {
-                d["stream"]
-                async for d in self.db.events.find(
-                    b.stream_exists_query(new_streams), {"stream": 1}, session=session
-                )
-            }
-            if new_streams
-            else set()
-        )
-        held: set[int] | None = None
-        if guard is not None:
-            parts = [c.partition for c in changes if c.partition is not None]
-            held = {
-                d["_id"]
-                async for d in self.db.partitions.find(
-                    b.lease_held_query(guard.pod, guard.now, parts), {"_id": 1}, session=session
-                )
-            }
-        flags: list[bool] = []
-        winners: list[Change] = []
-        for change in changes:
-            ok = await self._write_row(session, change, seen, existing, held)
-            if ok and change.is_new and change.dedupe_key:
-                seen.add(change.dedupe_key)
-            flags.append(ok)
-            if ok:
-                winners.append(change)
-        events = [e for c in winners for e in c.events]
-        if events:
-            _, update = b.reserve_positions(len(events))
-            counter = await self.db.counters.find_one_and_update(
-                {"_id": "events"}, update, upsert=True, return_document=True, session=session
-            )
-            first = int(counter["value"]) - len(events) + 1
-            docs = [b.event_doc(e, first + i) for i, e in enumerate(events)]
-            await self.db.events.insert_many(docs, ordered=True, session=session)
-        return flags
-
-    async def _write_row(
-        self,
-        session: Any,
-        change: Change,
-        seen: set[str],
-        existing: set[str],
-        held: set[int] | None,
-    ) -> bool:
-        if held is not None and change.partition is not None and change.partition not in held:
-            return False
-        if change.is_new and (
-            change.stream in existing or (change.dedupe_key and change.dedupe_key in seen)
-        ):
-            return False
-        conflict = b.running_code_conflict_query(change)
-        if conflict is not None and await self.db.jobs.find_one(
-            conflict, {"_id": 1}, session=session
-        ):
-            return False
-        collection = self.db[b.collection_of(change)]
-        if change.is_new:
-            if change.row is not None:
-                await collection.insert_one(b.row_document(change), session=session)
-            return True
-        if change.row is None:
-            result = await collection.delete_one(b.cas_query(change), session=session)
-            return bool(result.deleted_count)
-        result = await collection.replace_one(
-            b.cas_query(change), b.row_document(change), session=session
-        )
-        return bool(result.matched_count)
 
     def _publish(self, applied: Sequence[Change]) -> None:
         wake = wake_of(applied)
@@ -306,10 +251,13 @@ class MongoStore(Store):
     async def renew_partitions(
         self, pod: str, partitions: Sequence[int], now: datetime, until: datetime
     ) -> list[int]:
-        query, update = b.renew_partitions(pod, partitions, now, until)
-        held = sorted([d["_id"] async for d in self.db.partitions.find(query, {"_id": 1})])
-        if held:
-            await self.db.partitions.update_many({**query, "_id": {"$in": held}}, update)
+        """One atomic update per lease, in the caller's order: a partition is returned iff
+        this call extended a lease `pod` held (no read-then-write window)."""
+        held: list[int] = []
+        for partition in dict.fromkeys(partitions):
+            query, update = b.renew_partition(pod, partition, now, until)
+            if (await self.db.partitions.update_one(query, update)).matched_count:
+                held.append(partition)
         return held
 
     async def release_partitions(self, pod: str, partitions: Sequence[int]) -> None:
@@ -354,22 +302,30 @@ class MongoStore(Store):
 
     # --- the log ---------------------------------------------------------------------------
     async def read_stream(self, stream: str) -> list[Event]:
-        cursor = self.db.events.find(b.stream_query(stream)).sort("version", 1)
+        """A stream's events (majority read concern); a pending one has no position yet."""
+        cursor = majority(self.db.events).find(b.stream_query(stream)).sort("version", 1)
         return [b.event_from_doc(d) async for d in cursor]
 
     async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
         places = list(dict.fromkeys(keys))
         if not places:
             return []
-        cursor = self.db.events.find(b.events_at_query(places))
+        cursor = majority(self.db.events).find(b.events_at_query(places))
         return [b.event_from_doc(d) async for d in cursor]
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
-        cursor = self.db.events.find(b.read_log_query(after)).sort("_id", 1).limit(limit)
+        """Position what is pending (sequencer.catch_up), read the high-water mark, then
+        the positioned events up to it, with majority read concern (decisions D15)."""
+        window = log_window(after, await self.sequencer.catch_up())
+        if window is None:
+            return []
+        query, sort = b.read_log_query(*window)
+        cursor = majority(self.db.events).find(query).sort(sort).limit(limit)
         return [b.event_from_doc(d) async for d in cursor]
 
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
-        cursor = await self.db.events.aggregate(b.closed_streams_pipeline(before, limit))
+        pipeline = b.closed_streams_pipeline(before, limit)
+        cursor = await majority(self.db.events).aggregate(pipeline, allowDiskUse=True)
         return [d["_id"] async for d in cursor]
 
     async def delete_streams(self, streams: Sequence[str]) -> int:
@@ -404,46 +360,21 @@ class MongoStore(Store):
     def feed(self) -> AsyncIterator[Wake]:
         return self._feed.subscribe()
 
-    async def _watch(self) -> None:
-        """Change stream → wake-ups; the resume token is saved so a restart resumes.
 
-        When the token has left the oplog the stream cannot resume: the lanes are told
-        that anything may have changed (a catch-up scan) and the loss is logged.
-        """
-        from pymongo.errors import OperationFailure, PyMongoError
+def _database(client: AsyncMongoClient[Document], name: str | None) -> AsyncDatabase[Document]:
+    db: AsyncDatabase[Document] = database(client, name)
+    return db
 
-        while True:
-            doc = await self.db.checkpoints.find_one({"_id": FEED_CHECKPOINT})
-            token = doc.get("resume_token") if doc else None
-            try:
-                async with await self.db.watch(
-                    b.change_stream_pipeline(), resume_after=token
-                ) as stream:
-                    self._feed.publish(EVERYTHING)
-                    saved_at = 0.0
-                    loop = asyncio.get_running_loop()
-                    async for change in stream:
-                        self._feed.publish(b.wake_from_change(change))
-                        if loop.time() - saved_at >= TOKEN_SAVE_INTERVAL_S:
-                            saved_at = loop.time()
-                            await self.db.checkpoints.update_one(
-                                {"_id": FEED_CHECKPOINT},
-                                b.checkpoint_update(0, None, stream.resume_token),
-                                upsert=True,
-                            )
-            except asyncio.CancelledError:
+
+async def _commit(session: AsyncClientSession) -> None:
+    """Commit, retrying while the outcome is unknown (as `with_transaction` does)."""
+    deadline = time.monotonic() + COMMIT_RETRY_S
+    while True:
+        try:
+            await session.commit_transaction()
+            return
+        except PyMongoError as exc:
+            unknown = exc.has_error_label("UnknownTransactionCommitResult")
+            if not unknown or time.monotonic() > deadline:
                 raise
-            except OperationFailure as exc:
-                if exc.code in b.HISTORY_LOST_CODES:
-                    logger.warning(
-                        "change stream resume token is no longer in the oplog; "
-                        "falling back to a catch-up scan"
-                    )
-                    await self.db.checkpoints.delete_one({"_id": FEED_CHECKPOINT})
-                    self._feed.publish(EVERYTHING)
-                else:
-                    logger.warning("change stream failed (%s); reconnecting", exc)
-                    await asyncio.sleep(1.0)
-            except PyMongoError as exc:
-                logger.warning("change stream lost (%s); reconnecting", exc)
-                await asyncio.sleep(1.0)
+            logger.warning("transaction commit result unknown (%s); committing again", exc)

@@ -1,0 +1,43 @@
+"""How the adapter talks BSON, and with which read and write concerns.
+
+Dates come back timezone-aware in UTC (`tz_aware=True, tzinfo=UTC`) whatever the
+client's own options are: the store takes its database from the caller's client with
+these codec options, so an application's `AsyncMongoClient(tz_aware=False)` does not
+change what the engine reads.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any
+
+from bson.codec_options import CodecOptions
+
+CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True, tzinfo=UTC)
+
+
+def database(client: Any, name: str | None) -> Any:
+    """The store's database on `client` with the adapter's codec options (`name`, else
+    the URL's default database, else `jobledger`)."""
+    if name:
+        return client.get_database(name, codec_options=CODEC)
+    return client.get_default_database("jobledger", codec_options=CODEC)
+
+
+def majority(collection: Any) -> Any:
+    """`collection` read with majority read concern: what a failover cannot roll back."""
+    from pymongo.read_concern import ReadConcern
+
+    return collection.with_options(read_concern=ReadConcern("majority"))
+
+
+def transaction_options() -> dict[str, Any]:
+    """Engine-owned transactions: snapshot reads, majority commits, on the primary."""
+    from pymongo import ReadPreference, WriteConcern
+    from pymongo.read_concern import ReadConcern
+
+    return {
+        "read_concern": ReadConcern("snapshot"),
+        "write_concern": WriteConcern("majority"),
+        "read_preference": ReadPreference.PRIMARY,
+    }

@@ -1,0 +1,108 @@
+"""Applying `Change`s inside one transaction (the caller's or the engine's).
+
+A transaction writes only documents that are its own or that a concurrent writer of
+the same thing must conflict with: its new events (no position: decisions D15), the
+job and schedule rows it changes (compare-and-set on `stream_version`), and — for a
+guarded fast-lane write — a fence on the partition lease documents it relies on.
+Nothing every transaction writes exists, so business transactions that enqueue do not
+conflict with each other or with lane commits (only with a writer of the same stream
+or the same dedupe key, which must lose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jobledger.domain.jobs import Change
+from jobledger.storage.mongodb import builders as b
+from jobledger.storage.port import LeaseGuard
+
+
+async def write_changes(
+    db: Any, session: Any, changes: Sequence[Change], guard: LeaseGuard | None
+) -> list[bool]:
+    """Apply `changes` in `session`'s transaction; a losing change is dropped alone.
+
+    Every change that would lose is filtered *before* writing, so no write raises a
+    duplicate-key error (which would abort a caller's transaction).
+    """
+    seen = await _existing(db, session, "dedupe_key", b.dedupe_query, _new_keys(changes))
+    existing = await _existing(
+        db, session, "stream", b.stream_exists_query, [c.stream for c in changes if c.is_new]
+    )
+    held = None
+    if guard is not None:
+        held = await fence_leases(db, session, guard, [c.partition for c in changes])
+    flags: list[bool] = []
+    winners: list[Change] = []
+    for change in changes:
+        ok = await _write_row(db, session, change, seen, existing, held)
+        if ok and change.is_new and change.dedupe_key:
+            seen.add(change.dedupe_key)
+        flags.append(ok)
+        if ok:
+            winners.append(change)
+    events = [b.event_doc(e) for c in winners for e in c.events]
+    if events:
+        await db.events.insert_many(events, ordered=True, session=session)
+    return flags
+
+
+def _new_keys(changes: Sequence[Change]) -> list[str]:
+    return [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
+
+
+async def _existing(
+    db: Any, session: Any, field: str, query: Any, values: Sequence[str]
+) -> set[str]:
+    if not values:
+        return set()
+    cursor = db.events.find(query(values), {field: 1}, session=session)
+    return {d[field] async for d in cursor}
+
+
+async def fence_leases(
+    db: Any, session: Any, guard: LeaseGuard, partitions: Sequence[int | None]
+) -> set[int]:
+    """The partitions whose lease `guard.pod` holds at `guard.now`, each *written*
+    (`$inc` of its fence) inside the transaction: a takeover of one of them that
+    commits after this transaction's snapshot conflicts with it (the transaction is
+    retried and then finds the lease gone), and one that comes later waits for this
+    commit — the role `FOR SHARE` plays on PostgreSQL."""
+    held: set[int] = set()
+    for partition in sorted({p for p in partitions if p is not None}):
+        query, update = b.lease_fence(guard.pod, guard.now, partition)
+        result = await db.partitions.update_one(query, update, session=session)
+        if result.matched_count:
+            held.add(partition)
+    return held
+
+
+async def _write_row(
+    db: Any,
+    session: Any,
+    change: Change,
+    seen: set[str],
+    existing: set[str],
+    held: set[int] | None,
+) -> bool:
+    if held is not None and change.partition is not None and change.partition not in held:
+        return False
+    if change.is_new and (
+        change.stream in existing or (change.dedupe_key and change.dedupe_key in seen)
+    ):
+        return False
+    conflict = b.running_code_conflict_query(change)
+    if conflict is not None and await db.jobs.find_one(conflict, {"_id": 1}, session=session):
+        return False
+    collection = db[b.collection_of(change)]
+    if change.is_new:
+        if change.row is not None:
+            await collection.insert_one(b.row_document(change), session=session)
+        return True
+    if change.row is None:
+        result = await collection.delete_one(b.cas_query(change), session=session)
+        return bool(result.deleted_count)
+    result = await collection.update_one(b.cas_query(change), b.row_update(change), session=session)
+    return bool(result.matched_count)
