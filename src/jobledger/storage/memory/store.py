@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import copy
 import operator
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -26,10 +25,11 @@ from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.feed import LocalFeed, wake_of
+from jobledger.storage.memory.coordination import MemoryCoordination
+from jobledger.storage.memory.log import MemoryLog
 from jobledger.storage.port import (
     JobFilter,
     LeaseGuard,
-    PartitionLease,
     Store,
     Transaction,
     Wake,
@@ -52,13 +52,15 @@ class MemoryTx:
         self.business.setdefault(table, []).append(row)
 
 
-class MemoryStore(Store):
+class MemoryStore(MemoryCoordination, MemoryLog, Store):
+    """The port in dictionaries: writes and the queue here, leases and the log in mixins."""
+
     name = "memory"
 
     def __init__(self, partitions: int = 64) -> None:
+        MemoryCoordination.__init__(self)
+        MemoryLog.__init__(self)
         self.partitions = partitions
-        self.log: list[Event] = []
-        self.last_position = 0
         self.jobs: dict[str, Job] = {}
         # ids of the rows in `jobs`, by lane and fast-lane partition (insertion-ordered)
         self._fast_ids: dict[int, dict[str, None]] = {}
@@ -70,10 +72,6 @@ class MemoryStore(Store):
         self._queued_ids: set[str] = set()
         self.schedules: dict[str, Schedule] = {}
         self.versions: dict[str, int] = {}
-        self.dedupe: set[str] = set()
-        self.leases_: dict[int, PartitionLease] = {}
-        self.workers: dict[str, datetime] = {}
-        self.checkpoints: dict[str, tuple[int, Any]] = {}
         self.business: dict[str, list[Any]] = {}
         self._feed = LocalFeed()
         self._lock = asyncio.Lock()
@@ -136,15 +134,6 @@ class MemoryStore(Store):
         flags = self._apply_all(changes, allowed)
         self._notify([c for c, ok in zip(changes, flags, strict=True) if ok])
         return flags
-
-    def _holds(self, guard: LeaseGuard, partition: int) -> bool:
-        lease = self.leases_.get(partition)
-        return bool(
-            lease
-            and lease.owner == guard.pod
-            and lease.lease_until is not None
-            and lease.lease_until > guard.now
-        )
 
     def _apply_all(
         self, changes: Sequence[Change], allowed: Sequence[bool] | None = None
@@ -280,60 +269,6 @@ class MemoryStore(Store):
         times = [j.next_run_at for j in rows if j.status == JobStatus.PENDING]
         return min(times, default=None)
 
-    # --- coordination --------------------------------------------------------------------
-    async def seed_partitions(self, count: int) -> None:
-        for p in range(count):
-            self.leases_.setdefault(p, PartitionLease(p, None, None))
-
-    async def heartbeat(self, pod: str, now: datetime) -> None:
-        self.workers[pod] = now
-
-    async def remove_worker(self, pod: str) -> None:
-        self.workers.pop(pod, None)
-
-    async def live_workers(self, since: datetime) -> list[str]:
-        return sorted(p for p, at in self.workers.items() if at > since)
-
-    async def leases(self) -> list[PartitionLease]:
-        return [self.leases_[p] for p in sorted(self.leases_)]
-
-    async def take_partition(
-        self, partition: int, pod: str, now: datetime, until: datetime
-    ) -> bool:
-        lease = self.leases_.get(partition)
-        if lease is None:
-            return False
-        free = (
-            lease.owner is None
-            or lease.owner == pod
-            or (lease.lease_until is not None and lease.lease_until <= now)
-        )
-        if free:
-            self.leases_[partition] = PartitionLease(partition, pod, until)
-        return free
-
-    async def renew_partitions(
-        self, pod: str, partitions: Sequence[int], now: datetime, until: datetime
-    ) -> list[int]:
-        held = []
-        for p in partitions:
-            lease = self.leases_.get(p)
-            if (
-                lease
-                and lease.owner == pod
-                and lease.lease_until is not None
-                and lease.lease_until > now
-            ):
-                self.leases_[p] = PartitionLease(p, pod, until)
-                held.append(p)
-        return held
-
-    async def release_partitions(self, pod: str, partitions: Sequence[int]) -> None:
-        for p in partitions:
-            lease = self.leases_.get(p)
-            if lease and lease.owner == pod:
-                self.leases_[p] = PartitionLease(p, None, None)
-
     # --- read models ---------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
@@ -363,10 +298,6 @@ class MemoryStore(Store):
         page.sort(key=lambda j: j.id, reverse=after is None)
         return page[offset : offset + limit], total
 
-    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
-        wanted = set(keys)
-        return [e for e in self.log if (e.stream, e.version) in wanted]
-
     async def all_jobs(self) -> list[Job]:
         return sorted(self.jobs.values(), key=lambda j: j.id)
 
@@ -375,43 +306,6 @@ class MemoryStore(Store):
 
     async def list_schedules(self) -> list[Schedule]:
         return [self.schedules[c] for c in sorted(self.schedules)]
-
-    # --- the log -------------------------------------------------------------------------
-    async def read_stream(self, stream: str) -> list[Event]:
-        return [e for e in self.log if e.stream == stream]
-
-    async def read_log(self, after: int, *, limit: int) -> list[Event]:
-        start = bisect.bisect_right(self.log, after, key=_position)
-        return self.log[start : start + limit]
-
-    async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
-        newest: dict[str, datetime] = {}
-        for event in self.log:
-            if event.stream.startswith("job:"):
-                newest[event.stream] = event.at
-        closed = [
-            stream
-            for stream, at in newest.items()
-            if at < before and stream.removeprefix("job:") not in self.jobs
-        ]
-        return closed[:limit]
-
-    async def delete_streams(self, streams: Sequence[str]) -> int:
-        doomed = set(streams)
-        kept = [e for e in self.log if e.stream not in doomed]
-        for event in self.log:
-            if event.stream in doomed and event.type == "JobEnqueued":
-                self.dedupe.discard(str(event.data.get("dedupe_key")))
-        removed = len(self.log) - len(kept)
-        self.log = kept
-        return removed
-
-    async def load_checkpoint(self, name: str) -> tuple[int, Any]:
-        position, state = self.checkpoints.get(name, (0, None))
-        return position, copy.deepcopy(state)
-
-    async def save_checkpoint(self, name: str, position: int, state: Any) -> None:
-        self.checkpoints[name] = (position, copy.deepcopy(state))
 
     async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
         self.jobs = {}
@@ -438,10 +332,6 @@ def _queue_key(job: Job) -> tuple[str, int, str]:
 
 def _order_of(key: tuple[str, int, str]) -> str:
     return key[0]
-
-
-def _position(event: Event) -> int:
-    return event.position or 0
 
 
 #: every field of an event but its position (the last), in order: a copy without

@@ -1,0 +1,5 @@
+"""The in-memory store (see store.py): the unit-test fixture and the port's reference."""
+
+from jobledger.storage.memory.store import MemoryStore, MemoryTx
+
+__all__ = ["MemoryStore", "MemoryTx"]
