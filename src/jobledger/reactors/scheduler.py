@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -31,15 +31,14 @@ from jobledger.domain import schedules as sched
 from jobledger.domain.errors import (
     DuplicateSchedule,
     InvalidArgument,
-    InvalidStatus,
-    NotFound,
     SkipRun,
 )
-from jobledger.domain.events import SYSTEM, Actor
+from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, Stamp
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
 from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
 from jobledger.domain.timeutil import at_ms
+from jobledger.reactors.schedule_commands import CAS_RETRIES, ScheduleCommands
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.port import JobFilter
 
@@ -48,8 +47,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("jobledger.scheduler")
 
-#: compare-and-set retries of one command before giving up (another writer keeps winning)
-CAS_RETRIES = 10
 #: how many PENDING jobs of a code the run_once collapse looks at (newest first)
 NEWER_SLOT_SCAN = 50
 #: pause before ticking again when a schedule is still due right after a tick
@@ -81,7 +78,9 @@ def _boot(spec: ScheduleSpec) -> Callable[[Schedule | None, Stamp], Change | Non
     return build
 
 
-class Scheduler:
+class Scheduler(ScheduleCommands):
+    """Declares schedules, syncs them at boot, ticks, and runs slots (admin commands: the base)."""
+
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self.store = engine.store
@@ -313,59 +312,6 @@ class Scheduler:
             await self._write(code, build, SYSTEM)
         except Exception:
             logger.exception("schedule %s: could not record the slot outcome", code)
-
-    # --- admin commands ---------------------------------------------------------------
-
-    async def get(self, code: str) -> Schedule:
-        row = await self.store.get_schedule(code)
-        if row is None:
-            raise NotFound(f"schedule {code!r} not found")
-        return row
-
-    async def list(self) -> Sequence[Schedule]:
-        return await self.store.list_schedules()
-
-    async def enable(self, code: str, actor: Actor | None = None) -> Schedule:
-        """disabled → enabled: next_run_at = next slot after now (missed slots dropped)."""
-        return await self._write(code, lambda r, s: sched.enabled(r, s), actor)
-
-    async def disable(self, code: str, actor: Actor | None = None) -> Schedule:
-        """The tick ignores it; a slot already enqueued still runs."""
-        return await self._write(code, lambda r, s: sched.disabled(r, s), actor)
-
-    async def set_cron_override(self, code: str, cron: str, actor: Actor | None = None) -> Schedule:
-        """InvalidCron for a bad cron; next_run_at follows the override."""
-        return await self._write(code, lambda r, s: sched.override_set(r, cron, s), actor)
-
-    async def clear_cron_override(self, code: str, actor: Actor | None = None) -> Schedule:
-        return await self._write(code, lambda r, s: sched.override_cleared(r, s), actor)
-
-    async def _write(
-        self,
-        code: str,
-        build: Callable[..., Change | None],
-        actor: Actor | None,
-        *,
-        missing_ok: bool = False,
-    ) -> Schedule:
-        """Read the row, build the change, apply it; on a lost compare-and-set read
-        again and rebuild. NotFound for an unknown code (unless `missing_ok`)."""
-        ctx = context.current()
-        who = actor if actor is not None else ctx.actor
-        trace = ctx.trace_id or context.new_trace_id()
-        for _ in range(CAS_RETRIES):
-            row = await self.store.get_schedule(code)
-            if row is None and not missing_ok:
-                raise NotFound(f"schedule {code!r} not found")
-            change = build(row, Stamp(self.clock.now(), who, trace))
-            if change is None:
-                assert row is not None
-                return row
-            if (await self.store.apply([change]))[0]:
-                self._wake.set()
-                assert isinstance(change.row, Schedule)
-                return change.row
-        raise InvalidStatus(f"schedule {code!r}: concurrent writers kept winning, try again")
 
     # --- the reactor ------------------------------------------------------------------
 
