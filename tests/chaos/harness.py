@@ -249,6 +249,15 @@ def recovery_times(hits: list[FaultHit], records: list[Delivered]) -> list[float
     return out
 
 
+def check_offsets(summary: Summary, recorder: Recorder) -> None:
+    """Fail closed on an offset the recorder skipped and could not read again."""
+    gaps = recorder.gaps()
+    summary.offsets_unread = len(gaps)
+    summary.offsets_reread = recorder.holes_filled
+    for gap in gaps:
+        summary.problem(f"recorder: {gap}")
+
+
 async def keep_evidence(
     summary: Summary,
     store: Store,
@@ -340,13 +349,14 @@ async def _run(
                     )
             if not await recorder.quiesced(30):
                 summary.problem("recorder did not catch up after the drain")
+            check_offsets(summary, recorder)
             trails, declared = await read_trails(store)
             window = (declared, stopping - timedelta(seconds=15)) if declared else None
             analyse(
                 summary,
                 await business_rows(store),
                 trails,
-                recorder.records,
+                recorder.in_broker_order(),
                 window,
                 read_slot_runs(slots_file),
                 faults.hits,

@@ -19,7 +19,7 @@ from typing import Any
 
 from jobledger.domain.timeutil import parse_iso
 from tests.chaos.checks import JobTrail, analyse, fold
-from tests.chaos.record import Delivered
+from tests.chaos.record import Delivered, broker_order
 from tests.chaos.summary import FaultHit, Summary
 
 
@@ -31,7 +31,7 @@ def reanalyse(folder: Path) -> Summary:
     trails: dict[str, JobTrail] = {}
     for raw in lines(folder / "events.jsonl"):
         fold(trails, SimpleNamespace(**{**raw, "at": parse_iso(raw["at"])}))  # type: ignore[arg-type]
-    records = [Delivered(**raw) for raw in lines(folder / "records.jsonl")]
+    records = broker_order([Delivered(**raw) for raw in lines(folder / "records.jsonl")])
     hits = [
         FaultHit(
             raw["name"],

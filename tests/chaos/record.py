@@ -2,7 +2,8 @@
 
 It consumes both chaos topics from the start and keeps every record in arrival order,
 with the time it was read; a broker restart starts a new generation (tansu keeps topics
-in memory, so a restarted broker starts empty and offsets start at 0 again).
+in memory, so a restarted broker starts empty and offsets start at 0 again). An offset
+it jumped over is read again until it turns up, or reported (tests/chaos/offsets.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.chaos import app as chaos_app
+from tests.chaos.offsets import MAX_REREADS, PartitionRead
 from tests.tansu import create_topic
 
 logger = logging.getLogger("jobledger.chaos")
@@ -36,17 +38,27 @@ class Delivered:
     seen_at: float = 0.0  # time.time() when the recorder read it
 
 
+def broker_order(records: list[Delivered]) -> list[Delivered]:
+    """By generation, partition and offset: the order the broker appended them (a record
+    read on a second read arrives late)."""
+    return sorted(records, key=lambda r: (r.generation, r.topic, r.partition, r.offset))
+
+
 class Recorder:
     """Consumes both topics from the start, keeping every record in arrival order.
 
     `new_generation()` after a broker restart: the topics are new, offsets start at 0.
+    A hole in the offsets read from a partition makes it seek back and read again;
+    `gaps()` names the holes it could not fill (each a problem of the run).
     """
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.records: list[Delivered] = []
         self.generation = 0
-        self.next_offset: dict[tuple[str, int], int] = {}
+        self.reads: dict[tuple[str, int], PartitionRead] = {}
+        self.lost_holes: list[str] = []  # holes of earlier generations, never read
+        self.holes_found = 0  # over every generation, filled or not
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
         self._running = asyncio.Event()
@@ -67,9 +79,37 @@ class Recorder:
         await self._close()
 
     def new_generation(self) -> None:
+        self.holes_found += sum(read.found for read in self.reads.values())
+        self.lost_holes += self.unread_now()
         self.generation += 1
-        self.next_offset.clear()
+        self.reads.clear()
         self._running.set()
+
+    def read(self, topic: str, partition: int) -> PartitionRead:
+        return self.reads.setdefault((topic, partition), PartitionRead())
+
+    def gaps(self) -> list[str]:
+        """Offsets the recorder skipped and could not read again (given up, or still
+        open), and those of earlier broker generations: each one a record not checked."""
+        return self.lost_holes + self.unread_now()
+
+    def unread_now(self) -> list[str]:
+        out: list[str] = []
+        for (topic, partition), read in sorted(self.reads.items()):
+            for offset in sorted([*read.given_up, *read.holes]):
+                out.append(
+                    f"{topic}/{partition} offset {offset} (generation {self.generation})"
+                    f" never read, re-read {read.holes.get(offset, MAX_REREADS)} times"
+                )
+        return out
+
+    @property
+    def holes_filled(self) -> int:
+        found = self.holes_found + sum(read.found for read in self.reads.values())
+        return found - len(self.gaps())
+
+    def in_broker_order(self) -> list[Delivered]:
+        return broker_order(self.records)
 
     async def _close(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -98,7 +138,7 @@ class Recorder:
                 raise RuntimeError(f"topics not ready: {tps}")
             consumer.assign(tps)
             for tp in tps:
-                consumer.seek(tp, self.next_offset.get((tp.topic, tp.partition), 0))
+                consumer.seek(tp, self.read(tp.topic, tp.partition).position())
         except BaseException:
             with contextlib.suppress(Exception):
                 await consumer.stop()
@@ -121,26 +161,42 @@ class Recorder:
                 continue
             if not self._running.is_set():
                 continue  # suspended meanwhile (a broker restart): these belong to no one
-            now = time.time()
-            for tp, records in batch.items():
-                for r in records:
-                    key = (tp.topic, tp.partition)
-                    if r.offset < self.next_offset.get(key, 0):
-                        continue
-                    self.next_offset[key] = r.offset + 1
-                    headers = {k: v.decode() for k, v in (r.headers or ())}
-                    self.records.append(
-                        Delivered(
-                            tp.topic,
-                            tp.partition,
-                            r.offset,
-                            self.generation,
-                            r.key.decode() if r.key is not None else None,
-                            headers.get("event_id"),
-                            json.loads(r.value) if r.value else None,
-                            now,
-                        )
-                    )
+            await self.accept(batch, time.time())
+
+    async def accept(self, batch: dict[Any, list[Any]], now: float) -> None:
+        """Keep the new records of a fetched batch; seek back to a hole it left (on the
+        same consumer the first time, on a fresh one after that)."""
+        reopen = False
+        for tp, records in batch.items():
+            read = self.read(tp.topic, tp.partition)
+            for r in records:
+                if read.accept(r.offset):
+                    self.records.append(self.delivered(tp.topic, tp.partition, r, now))
+            if not records:
+                continue
+            rewind = read.after_batch(max(r.offset for r in records))
+            if rewind is None:
+                continue
+            logger.info("recorder: %s/%s offset %s skipped; reading again", *tp, rewind)
+            if read.retried or self._consumer is None:
+                reopen = True
+            else:
+                self._consumer.seek(tp, rewind)
+        if reopen:
+            await self._close()
+
+    def delivered(self, topic: str, partition: int, r: Any, now: float) -> Delivered:
+        headers = {k: v.decode() for k, v in (r.headers or ())}
+        return Delivered(
+            topic,
+            partition,
+            r.offset,
+            self.generation,
+            r.key.decode() if r.key is not None else None,
+            headers.get("event_id"),
+            json.loads(r.value) if r.value else None,
+            now,
+        )
 
     async def caught_up(self, timeout_s: float) -> bool:
         """Wait until every partition was read up to its end offset (as of each check)."""
@@ -154,7 +210,7 @@ class Recorder:
                     tps = [TopicPartition(t, p) for t in TOPICS for p in range(TOPIC_PARTITIONS)]
                     ends = await asyncio.wait_for(consumer.end_offsets(tps), 5)
                     if all(
-                        self.next_offset.get((tp.topic, tp.partition), 0) >= end
+                        self.read(tp.topic, tp.partition).read_up_to(end)
                         for tp, end in ends.items()
                     ):
                         return True
@@ -184,7 +240,7 @@ class Recorder:
             if ends is None or ends != last:
                 last, since = ends, time.monotonic()
             elif time.monotonic() - since >= stable_s and all(
-                self.next_offset.get((tp.topic, tp.partition), 0) >= end for tp, end in ends.items()
+                self.read(tp.topic, tp.partition).read_up_to(end) for tp, end in ends.items()
             ):
                 return True
             await asyncio.sleep(0.1)

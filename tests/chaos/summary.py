@@ -31,6 +31,8 @@ class Summary:
     jobs: int = 0  # committed business rows (one job each)
     enqueued: int = 0
     delivered: int = 0  # records on the topics
+    offsets_reread: int = 0  # offsets the recorder skipped, then read on a second read
+    offsets_unread: int = 0  # skipped and never read: records that could not be checked
     succeeded: int = 0
     dead: Counter[str] = field(default_factory=Counter)  # reason -> jobs
     dead_justified: int = 0  # at-most-once DEAD whose in-flight mark a fault hit
@@ -70,6 +72,7 @@ class Summary:
             self.problems
             or self.hidden_problems
             or self.lost
+            or self.offsets_unread
             or self.amo_duplicates
             or self.alo_undelivered
             or self.dead_unjustified
@@ -101,6 +104,8 @@ class Summary:
             ("jobs (committed business rows)", self.jobs),
             ("jobs enqueued (JobEnqueued)", self.enqueued),
             ("records on the topics", self.delivered),
+            ("offsets skipped by the recorder, then read", self.offsets_reread),
+            ("offsets never read (unchecked records)", self.offsets_unread),
             ("succeeded", self.succeeded),
             ("DEAD, by reason", dead),
             ("at-most-once DEAD justified by a fault", self.dead_justified),
