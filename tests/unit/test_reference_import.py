@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import io
+import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
+import bson
+import pytest
+from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
+from bson.datetime_ms import DatetimeMS
+
+from jobledger.cli.import_reference import import_rows
+from jobledger.cli.progress import CLEAR, Progress
 from jobledger.domain import jobs
 from jobledger.domain.events import Event, EventType, verify_chain
 from jobledger.domain.jobs import Job, JobStatus, Lane
 from jobledger.domain.policies import partition_of
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.mongodb.js_json import as_js_json
 from jobledger.storage.mongodb.reference_import import (
     IMPORT_REASON,
+    SOURCE_CODEC,
+    RowError,
     changes_from_reference_job,
+    convert_row,
     job_id_from_object_id,
 )
 
@@ -140,3 +155,167 @@ def test_an_empty_key_is_imported_as_no_key() -> None:
     assert row is not None and row.key is None
     assert row.partition == partition_of(None, dedupe)
     assert row.order_key != ""
+
+
+# --- Mongoose `Mixed` payloads: converted as the reference's JSON.stringify sent them ---
+
+
+def _from_bson(doc: dict[str, object]) -> dict[str, Any]:
+    """The row as `import-reference` reads it: BSON on the wire, decoded with its codec."""
+    return bson.decode(bson.encode(doc), codec_options=SOURCE_CODEC)
+
+
+MIXED = {
+    "at": datetime(2026, 5, 1, 8, 0, 0, 123000, tzinfo=UTC),
+    "order_id": ObjectId("6632f1a0c2b5e4a1d3f09a77"),
+    "price": Decimal128("12.50"),
+    "count": Int64(7),
+    "big": Int64(2**60 + 5),
+    "negative_big": Int64(-(2**60)),
+    "ratio": 2.5,
+    "whole": 5.0,
+    "nan": float("nan"),
+    "uuid": Binary(uuid.UUID("0f8fad5b-d9cb-469f-a165-70867728950e").bytes, 4),
+    "blob": b"\x00\x01hi",
+    "md5": Binary(b"\xff" * 16, 5),
+    "ts": Timestamp(1714550400, 3),
+    "pattern": Regex("^DO-", "i"),
+    "low": MinKey(),
+    "high": MaxKey(),
+    "fn": Code("return 1", {"x": ObjectId("6632f1a0c2b5e4a1d3f09a70")}),
+    "ref": DBRef("orders", ObjectId("6632f1a0c2b5e4a1d3f09a71"), "tms", note="n"),
+    "items": [
+        {"sku": "A", "when": datetime(2026, 5, 2, tzinfo=UTC), "qty": Int64(2)},
+        [ObjectId("6632f1a0c2b5e4a1d3f09a72"), None, True],
+    ],
+    "nested": {"b": 1, "10": "ten", "2": "two", "a": {"deeper": Decimal128("-0.001")}},
+}
+STRINGIFIED = {
+    "at": "2026-05-01T08:00:00.123Z",
+    "order_id": "6632f1a0c2b5e4a1d3f09a77",
+    "price": {"$numberDecimal": "12.50"},
+    "count": 7,
+    "big": {"low": 5, "high": 2**28, "unsigned": False},
+    "negative_big": {"low": 0, "high": -(2**28), "unsigned": False},
+    "ratio": 2.5,
+    "whole": 5,
+    "nan": None,
+    "uuid": "0f8fad5b-d9cb-469f-a165-70867728950e",
+    "blob": "AAFoaQ==",
+    "md5": "/////////////////////w==",
+    "ts": {"$timestamp": str((1714550400 << 32) | 3)},
+    "pattern": {},
+    "low": {},
+    "high": {},
+    "fn": {"code": "return 1", "scope": {"x": "6632f1a0c2b5e4a1d3f09a70"}},
+    "ref": {"$ref": "orders", "$id": "6632f1a0c2b5e4a1d3f09a71", "note": "n", "$db": "tms"},
+    "items": [
+        {"sku": "A", "when": "2026-05-02T00:00:00.000Z", "qty": 2},
+        ["6632f1a0c2b5e4a1d3f09a72", None, True],
+    ],
+    "nested": {"2": "two", "10": "ten", "b": 1, "a": {"deeper": {"$numberDecimal": "-0.001"}}},
+}
+
+
+def test_mixed_payload_is_converted_as_json_stringify_would() -> None:
+    row = _from_bson(
+        _doc(payload=MIXED, headers={"event_id": ObjectId("6632f1a0c2b5e4a1d3f09a77")})
+    )
+    assert isinstance(row["payload"]["order_id"], ObjectId)  # real BSON types went in
+    imported = convert_row(row)
+    assert not isinstance(imported, RowError), imported
+    (change,) = imported.changes
+    assert change.row is not None
+    assert change.row.payload == STRINGIFIED
+    # JavaScript's key order: array-index keys first, ascending, then the others
+    assert list(change.row.payload["nested"]) == ["2", "10", "b", "a"]
+    assert change.row.headers == {"event_id": "6632f1a0c2b5e4a1d3f09a77"}
+    assert change.events[0].data["payload"] == STRINGIFIED
+    assert verify_chain(list(change.events)) == []
+
+
+def test_dates_javascript_can_hold_but_python_cannot() -> None:
+    """Read with DATETIME_AUTO, a date past year 9999 arrives as DatetimeMS; it prints
+    as JavaScript's toISOString does, and one beyond a JavaScript Date's range as null."""
+    year_10000 = DatetimeMS(253402300800000)
+    before_year_1 = DatetimeMS(-62135596800000 - 86_400_000)
+    too_far = DatetimeMS(8_640_000_000_000_001)
+    row = _from_bson(_doc(payload={"a": year_10000, "b": before_year_1, "c": too_far}))
+    assert isinstance(row["payload"]["a"], DatetimeMS)
+    assert as_js_json(row["payload"]) == {
+        "a": "+010000-01-01T00:00:00.000Z",
+        "b": "0000-12-31T00:00:00.000Z",
+        "c": None,
+    }
+    assert as_js_json(datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)) == (
+        "1969-12-31T23:59:59.999Z"
+    )
+    assert as_js_json(-0.0) == 0 and as_js_json(1e21) == 1e21 and as_js_json(Int64(2**53)) == 2**53
+
+
+async def _rows(*docs: dict[str, object]) -> AsyncIterator[dict[str, Any]]:
+    for doc in docs:
+        yield _from_bson(doc)
+
+
+def _bad_rows() -> list[dict[str, object]]:
+    def other(n: int, **overrides: object) -> dict[str, object]:
+        return _doc(
+            _id=f"6632f1a0c2b5e4a1d3f09b{n:02d}",
+            dedupe_key=f"d-{n}",
+            key=f"K-{n}",
+            partition=None,
+            **overrides,
+        )
+
+    missing = other(1)
+    del missing["dedupe_key"]
+    return [
+        other(0),
+        missing,
+        other(2, status="DONE"),
+        other(3, payload={"note": "nul \x00 inside"}),
+        other(4, payload={"id": Binary(b"short", 4)}),
+        other(5, payload={"at": ObjectId("6632f1a0c2b5e4a1d3f09a77")}),
+    ]
+
+
+async def test_rows_that_cannot_be_imported_are_reported_and_the_rest_imported() -> None:
+    store = MemoryStore()
+    piped = io.StringIO()
+    with Progress("import-reference", unit="rows", stream=piped) as progress:
+        counts = await import_rows(_rows(*_bad_rows()), store, progress)
+    assert (counts.read, counts.imported, counts.errors) == (6, 2, 3 + 1)
+    lines = piped.getvalue().splitlines()
+    assert lines == counts.error_lines
+    assert lines[0] == "row 6632f1a0c2b5e4a1d3f09b01: missing field 'dedupe_key'"
+    assert lines[1].startswith("row 6632f1a0c2b5e4a1d3f09b02: ") and "'DONE'" in lines[1]
+    assert lines[2].startswith("row 6632f1a0c2b5e4a1d3f09b03: ") and "U+0000" in lines[2]
+    assert lines[3].startswith("row 6632f1a0c2b5e4a1d3f09b04: ") and "UUID" in lines[3]
+    assert CLEAR not in piped.getvalue()  # no bar when piped
+    payloads = sorted(str(job.payload) for job in store.jobs.values())
+    assert payloads == sorted(
+        [str({"event_id": "e-1", "status": "DELIVERED"}), str({"at": "6632f1a0c2b5e4a1d3f09a77"})]
+    )
+    assert counts.summary().endswith("errors=4")
+    again = await import_rows(_rows(*_bad_rows()), store, Progress("x", stream=io.StringIO()))
+    assert (again.imported, again.already_there, again.errors) == (0, 2, 4)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_progress_on_a_terminal_counts_rows_and_prints_errors_above_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TERM", "xterm")
+    term = Terminal()
+    with Progress("import-reference", total=6, unit="rows", stream=term, interval=0) as progress:
+        counts = await import_rows(_rows(*_bad_rows()), MemoryStore(), progress, dry_run=True)
+        assert progress.done == 6
+    text = term.getvalue()
+    assert "import-reference [" in text and "6/6 rows" in text
+    assert CLEAR + "row 6632f1a0c2b5e4a1d3f09b01: missing field 'dedupe_key'\n" in text
+    assert (counts.imported, counts.errors) == (0, 4)  # a dry run writes nothing

@@ -1,12 +1,28 @@
-"""`jobledger import-reference`: move open rows of the reference engine into the log."""
+"""`jobledger import-reference`: move open rows of the reference engine into the log.
+
+Each row is converted on its own (`reference_import.convert_row`): a row that cannot be
+imported is reported on standard error as `row <_id>: <reason>` and counted, and the
+rest are imported. On a terminal a progress bar shows the rows read (nothing when
+piped). The summary line goes to standard output; the exit status is 1 when a row
+was refused, else 0.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import AsyncIterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from jobledger.cli.progress import Progress
+from jobledger.domain.jobs import Change
+from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store, store_url
+
+BATCH = 500
+#: the reference's rows (rows without `lane` are old-shape rows it never read)
+ROW_FILTER = {"lane": {"$exists": True}}
 
 
 def register(sub: Any) -> None:
@@ -15,7 +31,9 @@ def register(sub: Any) -> None:
         help="import PENDING/RUNNING/DEAD rows of the reference engine's MongoDB jobs collection",
         description="Reads the reference engine's `jobs` collection and appends, per row, a"
         " JobEnqueued (and JobFailed or JobDead for its state) to this engine's store."
-        " Rows whose dedupe key is already in the log are skipped, so a rerun is safe.",
+        " Rows whose dedupe key is already in the log are skipped, so a rerun is safe."
+        " A row that cannot be imported is reported (row id and reason) and the rest go on;"
+        " the exit status is then 1.",
     )
     parser.add_argument(
         "--from", dest="source", required=True, help="mongodb:// URL of the reference database"
@@ -26,36 +44,88 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=lambda args: asyncio.run(_run(args)))
 
 
+@dataclass
+class Counts:
+    read: int = 0
+    imported: int = 0
+    already_there: int = 0
+    partition_mismatch: int = 0
+    errors: int = 0
+    error_lines: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"read={self.read} imported={self.imported} already_there={self.already_there}"
+            f" partition_mismatch={self.partition_mismatch} errors={self.errors}"
+        )
+
+
+async def import_rows(
+    rows: AsyncIterable[Mapping[str, Any]],
+    store: Store,
+    progress: Progress,
+    *,
+    dry_run: bool = False,
+    max_payload_bytes: int | None = None,
+) -> Counts:
+    """Convert and append `rows` in batches; report each refused row through
+    `progress.echo` (above the bar on a terminal, a plain line when piped)."""
+    from jobledger.storage.mongodb.reference_import import (
+        DEFAULT_MAX_PAYLOAD_BYTES,
+        RowError,
+        convert_row,
+    )
+
+    limit = max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES
+    counts = Counts()
+    batch: list[Change] = []
+    async for doc in rows:
+        counts.read += 1
+        result = convert_row(doc, partitions=store.partitions, max_payload_bytes=limit)
+        if isinstance(result, RowError):
+            counts.errors += 1
+            counts.error_lines.append(result.line())
+            progress.echo(result.line())
+        else:
+            counts.partition_mismatch += result.partition_mismatch
+            batch.extend(result.changes)
+        if len(batch) >= BATCH:
+            await _flush(store, batch, counts, dry_run)
+        progress.advance()
+    await _flush(store, batch, counts, dry_run)
+    return counts
+
+
+async def _flush(store: Store, batch: list[Change], counts: Counts, dry_run: bool) -> None:
+    if batch and not dry_run:
+        flags = await store.apply(batch)
+        counts.imported += sum(flags)
+        counts.already_there += len(flags) - sum(flags)
+    batch.clear()
+
+
 async def _run(args: argparse.Namespace) -> int:
     from pymongo import AsyncMongoClient
 
-    from jobledger.storage.mongodb.reference_import import changes_from_reference_job
+    from jobledger.storage.mongodb.reference_import import SOURCE_CODEC
 
-    client: Any = AsyncMongoClient(args.source, tz_aware=True)
-    source = client[args.db] if args.db else client.get_default_database()
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(args.source)
+    source = (
+        client.get_database(args.db, codec_options=SOURCE_CODEC)
+        if args.db
+        else client.get_default_database(codec_options=SOURCE_CODEC)
+    )
+    collection = source[args.collection]
     store = open_store(store_url(args.store))
     await store.open()
-    counts = {"read": 0, "imported": 0, "already_there": 0, "partition_mismatch": 0}
-    batch: list[Any] = []
     try:
-        async for doc in source[args.collection].find({"lane": {"$exists": True}}).sort("_id", 1):
-            counts["read"] += 1
-            imported = changes_from_reference_job(doc, partitions=store.partitions)
-            counts["partition_mismatch"] += imported.partition_mismatch
-            batch.extend(imported.changes)
-            if len(batch) >= 500:
-                await _flush(store, batch, counts, args.dry_run)
-        await _flush(store, batch, counts, args.dry_run)
+        with Progress("import-reference", unit="rows") as progress:
+            if progress.enabled:  # counting is a scan: only when someone watches
+                progress.update(0, total=await collection.count_documents(ROW_FILTER))
+            rows = collection.find(ROW_FILTER).sort("_id", 1)
+            counts = await import_rows(rows, store, progress, dry_run=args.dry_run)
     finally:
         await store.close()
         await client.close()
-    print(" ".join(f"{name}={value}" for name, value in counts.items()))
-    return 0
-
-
-async def _flush(store: Any, batch: list[Any], counts: dict[str, int], dry_run: bool) -> None:
-    if batch and not dry_run:
-        flags = await store.apply(batch)
-        counts["imported"] += sum(flags)
-        counts["already_there"] += len(flags) - sum(flags)
-    batch.clear()
+    print(counts.summary())
+    return 1 if counts.errors else 0

@@ -13,28 +13,85 @@ Mapping (reference §3 → docs/mongodb.md "Migrating from the reference engine"
 * PENDING → PENDING with its attempts and next_run_at; RUNNING → PENDING due at once
   (its claiming pod is gone after the move; the reference's long lane reran such rows
   too); DEAD → DEAD with its last error and "imported from the reference engine".
+* `payload` and `headers` (Mongoose `Mixed`) are converted as the reference's
+  `JSON.stringify` sent them (`js_json.as_js_json`: dates → ISO strings, ObjectIds →
+  hex, ...), then checked by the same rules as `enqueue` (`check_new_job`).
+
+`convert_row` never raises: a row that cannot be imported becomes a `RowError` naming
+the row and the reason, so the rest of the collection is imported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from bson.codec_options import CodecOptions, DatetimeConversion
+
 from jobledger.domain import job_commands, jobs
+from jobledger.domain.enqueue_rules import check_new_job
+from jobledger.domain.errors import JobledgerError
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Change, JobStatus, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.domain.timeutil import at_ms
+from jobledger.storage.mongodb.js_json import as_js_json
 
 IMPORT_REASON = "imported from the reference engine"
+#: how the import reads the reference's rows: aware UTC dates, dates beyond
+#: `datetime`'s years as DatetimeMS (converted as JavaScript would), invalid UTF-8 as
+#: U+FFFD (as js-bson reads it), so no row's content stops the read
+SOURCE_CODEC: CodecOptions[dict[str, Any]] = CodecOptions(
+    tz_aware=True,
+    tzinfo=UTC,
+    datetime_conversion=DatetimeConversion.DATETIME_AUTO,
+    unicode_decode_error_handler="replace",
+)
+IMPORTED_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD)
+#: the reference had no payload limit; the import takes what enqueue takes by default
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
 
 
 @dataclass(frozen=True, slots=True)
 class Imported:
     changes: tuple[Change, ...]
     partition_mismatch: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    """A reference row that was not imported: its `_id` and why."""
+
+    row_id: str
+    reason: str
+
+    def line(self) -> str:
+        return f"row {self.row_id}: {self.reason}"
+
+
+def convert_row(
+    doc: Mapping[str, Any],
+    *,
+    partitions: int = 64,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Imported | RowError:
+    """`changes_from_reference_job`, or the row's error instead of an exception."""
+    try:
+        return changes_from_reference_job(
+            doc, partitions=partitions, max_payload_bytes=max_payload_bytes
+        )
+    except KeyError as exc:
+        return RowError(_row_id(doc), f"missing field {exc.args[0]!r}")
+    except JobledgerError as exc:
+        return RowError(_row_id(doc), exc.message)
+    except Exception as exc:  # pure conversion: whatever a malformed row raises
+        return RowError(_row_id(doc), f"{type(exc).__name__}: {exc}")
+
+
+def _row_id(doc: Mapping[str, Any]) -> str:
+    return str(doc.get("_id", "(no _id)"))
 
 
 def job_id_from_object_id(object_id: str, created_at: datetime) -> str:
@@ -54,10 +111,19 @@ def _actor(raw: Any) -> Actor | None:
     )
 
 
-def changes_from_reference_job(doc: Mapping[str, Any], *, partitions: int = 64) -> Imported:
+def changes_from_reference_job(
+    doc: Mapping[str, Any],
+    *,
+    partitions: int = 64,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Imported:
+    """The changes that recreate one reference row; raises on a row that cannot be
+    imported (`convert_row` turns that into a `RowError`)."""
     object_id = str(doc["_id"])
     created = at_ms(doc.get("created_at") or doc["next_run_at"])
     status = JobStatus(doc.get("status") or "PENDING")
+    if status not in IMPORTED_STATUSES:
+        raise ValueError(f"status {status.value!r} is not one the reference engine wrote")
     key = doc.get("key") or None  # "" is no key, as at enqueue (the reference hashed it so)
     dedupe_key = str(doc["dedupe_key"])
     computed = partition_of(key, dedupe_key, partitions)
@@ -65,14 +131,15 @@ def changes_from_reference_job(doc: Mapping[str, Any], *, partitions: int = 64) 
     next_run_at = at_ms(doc.get("next_run_at") or created)
     spec = NewJob(
         target=str(doc["target"]),
-        payload=doc.get("payload"),
+        payload=as_js_json(doc.get("payload")),
         code=doc.get("code"),
         key=key,
         version=int(doc.get("version") or 0),
         dedupe_key=dedupe_key,
-        headers=doc.get("headers"),
+        headers=as_js_json(doc.get("headers")),
         run_at=next_run_at if status == JobStatus.PENDING else None,
     )
+    check_new_job(spec, max_payload_bytes)
     stamp = Stamp(created, _actor(doc.get("actor")), doc.get("trace_id"))
     first = job_commands.enqueued(
         job_id=job_id_from_object_id(object_id, created),
