@@ -1,0 +1,87 @@
+"""The package's layers import downwards only (docs/architecture.md, "The parts").
+
+Imports under `if TYPE_CHECKING:` are annotations, not dependencies, and are ignored.
+The wiring at the top (`app`, `pod`, `cli`, `testing`) may import anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import jobledger
+
+ROOT = Path(jobledger.__file__).parent
+
+#: each part and the parts it may import at run time
+ALLOWED: dict[str, set[str]] = {
+    "domain": set(),
+    "core": {"domain"},
+    "config": {"domain"},
+    "storage": {"core", "domain"},
+    "observability": {"config", "core", "domain"},
+    "engine": {"config", "core", "domain", "observability", "storage"},
+    "admin": {"core", "domain", "storage"},
+    "projections": {"config", "core", "domain", "observability", "storage"},
+    "reactors": {"config", "core", "domain", "observability", "storage"},
+    "targets": {"config", "core", "domain", "observability", "storage"},
+    "http": {"admin", "config", "core", "domain", "observability", "projections", "storage"},
+}
+
+
+def part_of(path: Path) -> str:
+    rel = path.relative_to(ROOT).parts
+    return rel[0] if len(rel) > 1 else rel[0].removesuffix(".py")
+
+
+def runtime_imports(tree: ast.Module) -> set[str]:
+    """The jobledger parts a module imports, outside `if TYPE_CHECKING:` blocks."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "jobledger" and len(parts) > 1:
+                found.add(parts[1])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_parts_import_downwards_only() -> None:
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        part = part_of(path)
+        if part not in ALLOWED:
+            continue
+        imported = runtime_imports(ast.parse(path.read_text(encoding="utf-8"))) - {part}
+        for target in sorted(imported - ALLOWED[part]):
+            wrong.append(f"{path.relative_to(ROOT)} imports jobledger.{target}")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_every_part_has_a_rule() -> None:
+    wiring = {"__init__", "app", "pod", "cli", "testing"}
+    parts = {part_of(p) for p in ROOT.rglob("*.py")}
+    assert parts - wiring <= set(ALLOWED)
+
+
+def test_type_checking_imports_do_not_count() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "import jobledger.domain\n"
+        "if TYPE_CHECKING:\n    from jobledger.engine import Engine\n"
+        "def f():\n    from jobledger.http import app\n"
+    )
+    assert runtime_imports(tree) == {"domain", "http"}
