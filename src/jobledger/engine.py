@@ -14,7 +14,7 @@ import functools
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobledger.config.settings import Settings
@@ -36,11 +36,36 @@ logger = logging.getLogger("jobledger.enqueue")
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """What `enqueue` did with one item (reference: `{inserted, lossy}`)."""
+    """What `enqueue` did with one item (reference: `{inserted, lossy}`).
+
+    `inserted` True: `job_id` is the new job. False on a dedupe hit: `job_id` is the job
+    that already holds the dedupe key (enqueued earlier, in this transaction or this
+    call, even one that has finished), so the caller can follow it. `job_id` is None
+    for a lossy item (nothing is stored)."""
 
     job_id: str | None
     inserted: bool
     lossy: bool = False
+
+
+@dataclass(slots=True)
+class EnqueuePlan:
+    """What `Engine.plan_enqueue` made of a call's items: the changes to write (and the
+    item each belongs to), the items that repeat an earlier item's dedupe key, and the
+    results known before any write (lossy items)."""
+
+    results: list[Enqueued | None]
+    changes: list[Change] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    repeats: list[tuple[int, int]] = field(default_factory=list)  # (item, earlier item)
+
+    def lost_keys(self, flags: Sequence[bool]) -> list[str]:
+        """The dedupe keys of the changes the store did not write."""
+        return [
+            c.dedupe_key
+            for c, ok in zip(self.changes, flags, strict=True)
+            if not ok and c.dedupe_key
+        ]
 
 
 class Engine:
@@ -88,16 +113,27 @@ class Engine:
         """Append one JobEnqueued per item inside the caller's transaction `tx`.
 
         Everything is validated before anything is written. A dedupe key seen before
-        (earlier in this call, or in the log) inserts nothing and raises nothing.
+        (earlier in this call, or in the log) inserts nothing and raises nothing; its
+        result carries the id of the job that holds the key (`inserted` False).
         Lossy targets write nothing here: they are handed over after the commit.
         """
+        plan = self.plan_enqueue(items, tx=tx)
+        flags: list[bool] = []
+        holders: dict[str, str] = {}
+        if plan.changes:
+            flags = await self.store.append_in(tx, plan.changes)
+            lost = plan.lost_keys(flags)
+            holders = await self.store.dedupe_holders(tx, lost) if lost else {}
+        return self.settle_enqueue(plan, flags, holders, tx=tx)
+
+    def plan_enqueue(self, items: Sequence[NewJob], *, tx: Any) -> EnqueuePlan:
+        """Validate `items` and build their changes (no I/O): the first half of
+        `enqueue_many`, shared with the sync path (jobledger.sync)."""
         stamp = self._stamp()
         ctx = context.current()
-        results: list[Enqueued | None] = [None] * len(items)
-        changes: list[Change] = []
-        change_slots: list[int] = []
+        plan = EnqueuePlan([None] * len(items))
         lossy: list[tuple[int, NewJob]] = []
-        seen: set[str] = set()
+        first: dict[str, int] = {}  # dedupe key -> the item that has it first in this call
         at_ms = int(stamp.at.timestamp() * 1000)
         for index, item in enumerate(items):
             target = self.targets.get(item.target)
@@ -110,23 +146,34 @@ class Engine:
                 continue
             job_id = new_id(at_ms)
             dedupe = item.dedupe_key or job_id
-            if dedupe in seen:
-                results[index] = Enqueued(None, False)
+            if dedupe in first:
+                plan.repeats.append((index, first[dedupe]))
                 continue
-            seen.add(dedupe)
+            first[dedupe] = index
             change = self.enqueued_change(
                 item, job_id=job_id, stamp=stamp, traceparent=ctx.traceparent
             )
-            changes.append(change)
-            change_slots.append(index)
+            plan.changes.append(change)
+            plan.slots.append(index)
         if lossy:
-            self._hand_off_after_commit(tx, lossy, results)
-        if changes:
-            flags = await self.store.append_in(tx, changes)
-            for index, change, ok in zip(change_slots, changes, flags, strict=True):
-                job_id = change.stream.removeprefix("job:")
-                results[index] = Enqueued(job_id if ok else None, ok)
-            self._report_enqueued(tx, [c for c, ok in zip(changes, flags, strict=True) if ok])
+            self._hand_off_after_commit(tx, lossy, plan.results)
+        return plan
+
+    def settle_enqueue(
+        self, plan: EnqueuePlan, flags: Sequence[bool], holders: dict[str, str], *, tx: Any
+    ) -> list[Enqueued]:
+        """The results of `plan` once the store wrote it (`flags`, per change) and named
+        the `holders` of the dedupe keys that lost: the second half of `enqueue_many`."""
+        results = plan.results
+        for index, change, ok in zip(plan.slots, plan.changes, flags, strict=True):
+            if ok:
+                results[index] = Enqueued(change.stream.removeprefix("job:"), True)
+            else:
+                results[index] = Enqueued(holders.get(change.dedupe_key or ""), False)
+        for index, earlier in plan.repeats:
+            held = results[earlier]
+            results[index] = Enqueued(held.job_id if held is not None else None, False)
+        self._report_enqueued(tx, [c for c, ok in zip(plan.changes, flags, strict=True) if ok])
         return [r if r is not None else Enqueued(None, False) for r in results]
 
     def _report_enqueued(self, tx: Any, written: list[Change]) -> None:

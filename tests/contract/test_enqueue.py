@@ -67,7 +67,7 @@ async def test_same_dedupe_key_in_the_same_transaction_inserts_nothing_and_keeps
         first = await engine.enqueue(FAST, {"v": 1}, dedupe_key="d-1", tx=tx)
         second = await engine.enqueue(FAST, {"v": 2}, dedupe_key="d-1", tx=tx)
         await kit.business_write(tx, "after the duplicate")
-    assert first.inserted and not second.inserted and second.job_id is None
+    assert first.inserted and not second.inserted and second.job_id == first.job_id
     rows = await store.all_jobs()
     assert [j.payload for j in rows] == [{"v": 1}]
     assert len(await store.read_log(0, limit=10)) == 1

@@ -118,6 +118,13 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
+        """The id of the job that holds each of the dedupe `keys` in the log, read inside
+        `tx` (so a job enqueued earlier in the same transaction counts); keys nobody
+        holds are left out. `enqueue` asks after a dedupe hit, so the caller learns
+        which job it is (issue 20 item 8). Reads only: never aborts `tx`."""
+
+    @abc.abstractmethod
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
     ) -> list[bool]:

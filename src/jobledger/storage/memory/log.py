@@ -16,7 +16,8 @@ class MemoryLog:
     """The append-only log (events in position order) and the projections' checkpoints.
 
     The store appends to `log` when a transaction commits; `dedupe` holds the dedupe keys
-    the log still carries, so deleting a closed stream frees its key.
+    the log still carries (and the stream of each), so deleting a closed stream frees
+    its key.
     """
 
     jobs: dict[str, Job]  # the store's rows: a stream whose job is open is never closed
@@ -24,7 +25,7 @@ class MemoryLog:
     def __init__(self) -> None:
         self.log: list[Event] = []
         self.last_position = 0
-        self.dedupe: set[str] = set()
+        self.dedupe: dict[str, str] = {}  # dedupe key -> the stream that holds it
         self.checkpoints: dict[str, tuple[int, Any]] = {}
 
     async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
@@ -55,7 +56,7 @@ class MemoryLog:
         kept = [e for e in self.log if e.stream not in doomed]
         for event in self.log:
             if event.stream in doomed and event.type == "JobEnqueued":
-                self.dedupe.discard(str(event.data.get("dedupe_key")))
+                self.dedupe.pop(str(event.data.get("dedupe_key")), None)
         removed = len(self.log) - len(kept)
         self.log = kept
         return removed

@@ -122,6 +122,11 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
             flags.append(not seen)
         return flags
 
+    async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
+        staged = {c.dedupe_key: c.stream for c in native_handle(tx).staged if c.dedupe_key}
+        held = {k: s for k in keys if (s := self.dedupe.get(k) or staged.get(k))}
+        return {k: s.removeprefix("job:") for k, s in held.items()}
+
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
     ) -> list[bool]:
@@ -175,7 +180,7 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
         else:
             self.versions[change.stream] = change.expected_version
         if change.expected_version == 0 and change.dedupe_key:
-            self.dedupe.add(change.dedupe_key)
+            self.dedupe[change.dedupe_key] = change.stream
         kind, _, ident = change.stream.partition(":")
         if kind == "job":
             self._put_job(ident, change.row)

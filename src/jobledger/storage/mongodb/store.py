@@ -36,7 +36,7 @@ from jobledger.storage.mongodb.sequencer import Sequencer
 from jobledger.storage.mongodb.sequencing import log_window
 from jobledger.storage.mongodb.server import check_server
 from jobledger.storage.mongodb.watch import ChangeWatcher
-from jobledger.storage.mongodb.writes import write_changes
+from jobledger.storage.mongodb.writes import dedupe_holders, write_changes
 from jobledger.storage.port import (
     JobFilter,
     LeaseGuard,
@@ -162,6 +162,9 @@ class MongoStore(Store):
         if not getattr(session, "in_transaction", False):
             raise TypeError("append_in needs an AsyncClientSession with a transaction in progress")
         return await write_changes(self.db, session, changes, guard=None)
+
+    async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
+        return await dedupe_holders(self.db, native_handle(tx), keys)
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None

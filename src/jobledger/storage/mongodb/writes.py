@@ -49,6 +49,14 @@ async def write_changes(
     return flags
 
 
+async def dedupe_holders(db: Any, session: Any, keys: Sequence[str]) -> dict[str, str]:
+    """The job id holding each of `keys` in the log, read in `session`'s transaction."""
+    if not keys:
+        return {}
+    cursor = db.events.find(b.dedupe_query(keys), {"dedupe_key": 1, "stream": 1}, session=session)
+    return {d["dedupe_key"]: str(d["stream"]).removeprefix("job:") async for d in cursor}
+
+
 def _new_keys(changes: Sequence[Change]) -> list[str]:
     return [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
 

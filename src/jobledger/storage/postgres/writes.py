@@ -19,7 +19,7 @@ from psycopg.rows import tuple_row
 
 from jobledger.domain.jobs import Change
 from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
-from jobledger.storage.postgres import encode, schema
+from jobledger.storage.postgres import dedupe, encode, schema
 from jobledger.storage.postgres.base import Conn, PgBase
 
 #: events one statement may carry: positions keep 20 bits for the ordinal in a transaction
@@ -57,6 +57,12 @@ class WritePath(PgBase):
                 " (or the Transaction of its own transaction())"
             )
         return await self._apply_on(conn, changes, None)
+
+    async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
+        conn: Conn = native_handle(tx)
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(dedupe.holders_sql(self.sql.schema), {"keys": list(keys)})
+            return dedupe.holders_of(await cur.fetchall())
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None

@@ -56,31 +56,15 @@ class WritePath(SqliteBase):
         native = native_handle(tx)
         if not isinstance(native, sqlite3.Connection):
             raise TypeError("the SQLite store takes a sqlite3.Connection (or its Transaction)")
-        if not changes:
-            return []
-        cursor = native.cursor()
-        cursor.row_factory = None  # the caller's connection may have its own row factory
-        if not native.in_transaction:
-            if native.isolation_level is None:
-                raise InvalidArgument(
-                    "append_in needs a connection inside a transaction (BEGIN first)"
-                )
-            cursor.execute("BEGIN")  # what the sqlite3 module does before any DML
-        keys = [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
-        seen = seen_keys(cursor, keys)
-        flags: list[bool] = []
-        for change in changes:
-            key = change.dedupe_key if change.is_new else None
-            if key is not None and key in seen:
-                flags.append(False)
-                continue
-            ok = apply_change(cursor, change)
-            if ok and key is not None:
-                seen.add(key)
-            flags.append(ok)
+        flags = append_on(native, changes)
         if native is self._w.conn and self._owner is not None:
             self._staged.extend(c for c, ok in zip(changes, flags, strict=True) if ok)
         return flags
+
+    async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
+        cursor = native_handle(tx).cursor()
+        cursor.row_factory = None
+        return dedupe_holders_on(cursor, keys)
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
@@ -131,12 +115,48 @@ def held_partitions(cursor: sqlite3.Cursor, guard: LeaseGuard) -> set[int]:
     return {r[0] for r in cursor.execute(sql, (guard.pod, iso(guard.now)))}
 
 
-def seen_keys(cursor: sqlite3.Cursor, keys: Sequence[str]) -> set[str]:
-    seen: set[str] = set()
+def append_on(native: sqlite3.Connection, changes: Sequence[Change]) -> list[bool]:
+    """`append_in` on a caller's connection (sync: the sync enqueue path calls it too).
+
+    In the module's default mode (implicit transactions) this opens the transaction the
+    first INSERT would have opened; a connection in autocommit mode outside a
+    transaction is refused, since a savepoint there would commit by itself.
+    """
+    if not changes:
+        return []
+    cursor = native.cursor()
+    cursor.row_factory = None  # the caller's connection may have its own row factory
+    if not native.in_transaction:
+        if native.isolation_level is None:
+            raise InvalidArgument("append_in needs a connection inside a transaction (BEGIN first)")
+        cursor.execute("BEGIN")  # what the sqlite3 module does before any DML
+    keys = [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
+    seen = seen_keys(cursor, keys)
+    flags: list[bool] = []
+    for change in changes:
+        key = change.dedupe_key if change.is_new else None
+        if key is not None and key in seen:
+            flags.append(False)
+            continue
+        ok = apply_change(cursor, change)
+        if ok and key is not None:
+            seen.add(key)
+        flags.append(ok)
+    return flags
+
+
+def dedupe_holders_on(cursor: sqlite3.Cursor, keys: Sequence[str]) -> dict[str, str]:
+    """The job id holding each of `keys` in the log (keys nobody holds left out)."""
+    held: dict[str, str] = {}
     for chunk in chunks(keys):
-        sql = f"SELECT dedupe_key FROM events WHERE dedupe_key IN ({', '.join('?' for _ in chunk)})"
-        seen.update(r[0] for r in cursor.execute(sql, tuple(chunk)))
-    return seen
+        marks = ", ".join("?" for _ in chunk)
+        sql = f"SELECT dedupe_key, stream FROM events WHERE dedupe_key IN ({marks})"
+        held.update((k, s.removeprefix("job:")) for k, s in cursor.execute(sql, tuple(chunk)))
+    return held
+
+
+def seen_keys(cursor: sqlite3.Cursor, keys: Sequence[str]) -> set[str]:
+    return set(dedupe_holders_on(cursor, keys))
 
 
 def stream_version(cursor: sqlite3.Cursor, stream: str) -> int:
