@@ -1,4 +1,5 @@
-"""Job admin commands: list, detail with history, retry, skip, cancel.
+"""Job admin commands: detail with history, retry, skip, cancel (the listing is
+`jobledger.http.listing`).
 
 Thin over the pure core: read the row, let `domain.jobs` decide (it raises
 InvalidStatus for a row in the wrong state), then `store.apply` the change under its
@@ -19,7 +20,7 @@ from jobledger.domain import job_commands, jobs
 from jobledger.domain.errors import InvalidStatus, NotFound
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import Change, Job, Stamp
-from jobledger.storage.port import JobFilter, Store
+from jobledger.storage.port import Store
 
 #: how a job that left the queue ended, by the event that closed it
 CLOSED_STATUS = {
@@ -28,14 +29,6 @@ CLOSED_STATUS = {
     EventType.JOB_CANCELLED: "CANCELLED",
     EventType.JOB_EXPIRED: "EXPIRED",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class JobPage:
-    rows: list[Job]
-    total: int
-    page: int
-    limit: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +54,6 @@ class JobAdmin:
     def _stamp(self) -> Stamp:
         ctx = context.current()
         return Stamp(self.clock.now(), ctx.actor, ctx.trace_id)
-
-    async def list(self, flt: JobFilter, *, page: int = 1, limit: int = 100) -> JobPage:
-        rows, total = await self.store.list_jobs(flt, offset=(page - 1) * limit, limit=limit)
-        return JobPage(rows, total, page, limit)
 
     async def _row(self, job_id: str) -> Job:
         job = await self.store.get_job(job_id) if is_job_id(job_id) else None

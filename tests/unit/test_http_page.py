@@ -11,6 +11,7 @@ import pytest
 from jobledger.core.clock import FakeClock
 from jobledger.domain import jobs
 from jobledger.domain.events import EventType
+from jobledger.http import listing
 from jobledger.storage.memory import MemoryStore
 from tests.unit.http_helpers import ADMIN_KEY, VIEWER_KEY, World, client, world
 
@@ -146,17 +147,32 @@ async def test_schedule_commands_from_the_page(w: World) -> None:
     assert nightly is not None and nightly.cron_override == "5 5 * * *"
 
 
-async def test_filters_and_paging_links(w: World) -> None:
+async def test_filters_and_keyset_paging_links(w: World) -> None:
+    ids = []
     for n in range(55):
-        await w.enqueue(key=f"k{n}")
+        ids.append(await w.enqueue(key=f"k{n}"))
         w.clock.advance(milliseconds=1)
     async with client(w.app) as http:
         await login(http, ADMIN_KEY)
         first = (await http.get("/admin?status=PENDING&target=")).text
-        assert "Page 1 of 2" in first and 'rel="next"' in first
-        assert "/admin?status=PENDING&amp;page=2" in first
-        second = (await http.get("/admin?status=PENDING&page=2")).text
-        assert "Page 2 of 2" in second and second.count("<tr data-id=") == 5
-        assert "k0<" in second
+        assert "50 shown of 55" in first and 'rel="next"' in first and 'rel="prev"' not in first
+        assert f"/admin?status=PENDING&amp;before={ids[5]}" in first
+        second = (await http.get(f"/admin?status=PENDING&before={ids[5]}")).text
+        assert "5 shown of 55" in second and second.count("<tr data-id=") == 5
+        assert "k0<" in second and 'rel="next"' not in second
+        assert f"/admin?status=PENDING&amp;after={ids[4]}" in second
+        back = (await http.get(f"/admin?status=PENDING&after={ids[4]}")).text
+        assert back.count("<tr data-id=") == 50 and "k54<" in back and 'rel="prev"' not in back
         assert "No open jobs match" in (await http.get("/admin?key=zzz")).text
-        assert (await http.get("/admin?page=abc&status=BOGUS")).status_code == 200
+        assert (await http.get("/admin?page=abc&status=BOGUS&before=zz")).status_code == 200
+
+
+async def test_counts_are_capped(w: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(listing, "COUNT_CAP", 3)
+    for n in range(5):
+        await w.enqueue(key=f"k{n}")
+    await w.dead("kafka:orders")
+    async with client(w.app) as http:
+        await login(http, ADMIN_KEY)
+        page = (await http.get("/admin")).text
+        assert "3+ open" in page and "PENDING <b>3+</b>" in page and "DEAD <b>1</b>" in page

@@ -16,7 +16,7 @@ def new_id(now_ms: int | None = None) -> str:
 
 
 def is_job_id(text: str) -> bool:
-    return bool(_ID.match(text))
+    return bool(_ID.fullmatch(text))  # not match: "$" would let a trailing newline in
 
 
 def new_token() -> str:

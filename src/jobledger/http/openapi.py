@@ -129,14 +129,6 @@ SCHEMAS: dict[str, Any] = {
             "history": {"type": "array", "items": _ref("Event")},
         }
     ),
-    "JobList": _obj(
-        {
-            "data": {"type": "array", "items": _ref("Job")},
-            "total": {"type": "integer", "minimum": 0},
-            "page": {"type": "integer", "minimum": 1},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-        }
-    ),
     "Skipped": _obj({"_id": _STR, "skipped": {"const": True}}),
     "Cancelled": _obj({"_id": _STR, "cancelled": {"const": True}}),
     "Schedule": SCHEDULE,
@@ -234,6 +226,8 @@ def _path(name: str) -> dict[str, Any]:
 
 
 def document() -> dict[str, Any]:
+    from jobledger.http import openapi_jobs  # imported here: it builds on this module
+
     job_id = [_path("id")]
     code = [_path("code")]
     write = (403, 404, 409)
@@ -249,7 +243,7 @@ def document() -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **openapi_jobs.SCHEMAS},
         },
         "paths": {
             f"{PREFIX}/jobs": {
@@ -258,26 +252,8 @@ def document() -> dict[str, Any]:
                     _ref("JobList"),
                     errors=(400,),
                     tag="jobs",
-                    params=[
-                        _query(
-                            "status",
-                            {"type": "string", "enum": [s.value for s in JobStatus]},
-                            "PENDING, RUNNING or DEAD",
-                        ),
-                        _query("target", _STR, "exact target name"),
-                        _query("code", _STR, "exact job code"),
-                        _query("key", _STR, "exact ordering key"),
-                        _query(
-                            "page",
-                            {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 1},
-                            "1-based page",
-                        ),
-                        _query(
-                            "limit",
-                            {"type": "integer", "minimum": 1, "maximum": 100, "default": 100},
-                            "rows per page",
-                        ),
-                    ],
+                    params=openapi_jobs.LIST_PARAMS,
+                    description=openapi_jobs.LIST_DESCRIPTION,
                 )
             },
             f"{PREFIX}/jobs/{{id}}": {

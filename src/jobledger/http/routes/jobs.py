@@ -8,8 +8,10 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 
 from jobledger.config.api_keys import Principal
+from jobledger.core.ids import is_job_id
 from jobledger.domain.jobs import JobStatus
 from jobledger.http.errors import ValidationFailed
+from jobledger.http.listing import list_open
 from jobledger.http.routes._guard import api, int_param, services
 from jobledger.http.serialize import event_json, job_json
 from jobledger.storage.port import JobFilter
@@ -32,17 +34,37 @@ def job_filter(request: Request) -> JobFilter:
     )
 
 
-@api(query=("status", "target", "code", "key", "page", "limit"))
+def cursor_param(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    if value is not None and not is_job_id(value):
+        raise ValidationFailed(f"{name} must be a job id (32 lowercase hex characters)")
+    return value
+
+
+@api(query=("status", "target", "code", "key", "page", "limit", "before", "after"))
 async def list_jobs(request: Request, principal: Principal) -> dict[str, Any]:
+    """Reference §4's listing plus keyset cursors (`before`/`after`, answered with
+    `next`/`prev`) and a total counted up to `listing.COUNT_CAP` (`total_capped`)."""
     flt = job_filter(request)
     page = int_param(request, "page", 1, minimum=1, maximum=MAX_PAGE)
     limit = int_param(request, "limit", MAX_LIMIT, minimum=1, maximum=MAX_LIMIT)
-    result = await services(request).jobs.list(flt, page=page, limit=limit)
+    before, after = cursor_param(request, "before"), cursor_param(request, "after")
+    result = await list_open(
+        services(request).store,
+        flt,
+        limit=limit,
+        before=before,
+        after=after,
+        offset=(page - 1) * limit,
+    )
     return {
         "data": [job_json(job) for job in result.rows],
         "total": result.total,
-        "page": result.page,
-        "limit": result.limit,
+        "page": page,
+        "limit": limit,
+        "total_capped": result.total_capped,
+        "next": result.next,
+        "prev": result.prev,
     }
 
 

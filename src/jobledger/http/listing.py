@@ -1,0 +1,84 @@
+"""The open-jobs listing at a cost that does not grow with the table (issue 19 item 3).
+
+A page is a keyset read on the id (ids are time-ordered, so newest first is an id sort,
+served by the `(filter column, id)` indexes): `before=<id>` gives the rows older than a
+row, `after=<id>` the rows newer than it. The total is counted up to `COUNT_CAP` matching
+rows and no further; past that the answer says `total_capped` and shows `COUNT_CAP`
+("1000+"), so no request pays for a `count(*)` over a large backlog.
+
+`page=` (the reference contract's offset paging) still works; it costs an OFFSET over
+the index, so deep pages grow with their depth. The admin page and `next`/`prev` use
+the cursors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobledger.domain.jobs import Job
+from jobledger.storage.port import JobFilter, Store
+
+#: matching rows counted at most; beyond it a listing says "COUNT_CAP+"
+COUNT_CAP = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One page, newest first.
+
+    `next`: pass it as `before` for the older rows (None: this is the oldest page);
+    `prev`: pass it as `after` for the newer rows (None: this is the newest page).
+    """
+
+    rows: list[Job]
+    total: int
+    total_capped: bool
+    next: str | None
+    prev: str | None
+
+
+def shown_count(count: int, capped: bool) -> str:
+    """A count as a person reads it: "1000+" when capped."""
+    return f"{count}+" if capped else str(count)
+
+
+async def capped_count(store: Store, flt: JobFilter) -> tuple[int, bool]:
+    """(matching rows up to COUNT_CAP, whether there are more)."""
+    _, counted = await store.list_jobs(flt, offset=0, limit=0, count_limit=COUNT_CAP + 1)
+    return min(counted, COUNT_CAP), counted > COUNT_CAP
+
+
+async def list_open(
+    store: Store,
+    flt: JobFilter,
+    *,
+    limit: int,
+    before: str | None = None,
+    after: str | None = None,
+    offset: int = 0,
+) -> Listing:
+    """A page of open jobs matching `flt`, newest first: the newest rows older than
+    `before`, or the oldest rows newer than `after` (both: the oldest rows between the
+    two), after skipping `offset` rows."""
+    rows, counted = await store.list_jobs(
+        flt,
+        offset=offset,
+        limit=limit + 1,  # one more than shown says whether there is a further page
+        before=before,
+        after=after,
+        count_limit=COUNT_CAP + 1,
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if after is not None:  # the store returns the rows after a cursor oldest first
+        rows.reverse()
+        newer, older = more, bool(rows)
+    else:
+        newer, older = bool(rows) and (before is not None or offset > 0), more
+    return Listing(
+        rows,
+        min(counted, COUNT_CAP),
+        counted > COUNT_CAP,
+        rows[-1].id if older and rows else None,
+        rows[0].id if newer and rows else None,
+    )

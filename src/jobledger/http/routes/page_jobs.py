@@ -1,0 +1,79 @@
+"""The admin page's jobs list (`/admin`): filters, keyset pages (Newer / Older links
+carrying `after` / `before` cursors) and counts capped at `listing.COUNT_CAP`, so the
+page costs the same on a backlog of a hundred jobs or of a million."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from jobledger.core.ids import is_job_id
+from jobledger.domain.jobs import JobStatus
+from jobledger.http.listing import capped_count, list_open, shown_count
+from jobledger.http.routes._guard import services
+from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render
+from jobledger.http.serialize import job_json
+from jobledger.storage.port import JobFilter
+
+PAGE_SIZE = 50
+STATUSES = [s.value for s in JobStatus]
+
+
+def page_filter(request: Request) -> JobFilter:
+    """The filters of the page's query; an unknown status or an empty field is no filter."""
+    query = request.query_params
+    status = query.get("status") or None
+    return JobFilter(
+        status=JobStatus(status) if status in STATUSES else None,
+        target=query.get("target") or None,
+        code=query.get("code") or None,
+        key=query.get("key") or None,
+    )
+
+
+def filter_params(flt: JobFilter) -> dict[str, str]:
+    values = (("status", flt.status), ("target", flt.target), ("code", flt.code), ("key", flt.key))
+    return {name: str(value) for name, value in values if value}
+
+
+def _cursor(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    return value if value is not None and is_job_id(value) else None
+
+
+async def jobs_page(request: Request) -> Response:
+    principal = await principal_of(request)
+    if principal is None:
+        return login_redirect(request)
+    if any("\x00" in value for _, value in request.query_params.multi_items()):
+        return error_page(request, principal, 400, "Bad filter", "Filters must not contain U+0000.")
+    flt = page_filter(request)
+    before = _cursor(request, "before")
+    after = None if before is not None else _cursor(request, "after")
+    store = services(request).store
+    result = await list_open(store, flt, limit=PAGE_SIZE, before=before, after=after)
+    counts: dict[str, str] = {}
+    for status in STATUSES:
+        counts[status] = shown_count(
+            *await capped_count(store, JobFilter(status=JobStatus(status)))
+        )
+    filters = filter_params(flt)
+
+    def link(**cursor: str) -> str:
+        return "/admin?" + urlencode({**filters, **cursor})
+
+    context: dict[str, Any] = {
+        "title": "Jobs",
+        "nav": "jobs",
+        "rows": [job_json(j) for j in result.rows],
+        "total": shown_count(result.total, result.total_capped),
+        "prev_link": link(after=result.prev) if result.prev else None,
+        "next_link": link(before=result.next) if result.next else None,
+        "filters": filters,
+        "statuses": STATUSES,
+        "counts": counts,
+    }
+    return render(request, "jobs.html", principal, context)
