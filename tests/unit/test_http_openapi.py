@@ -128,6 +128,7 @@ _PAGES = [
     ("/admin/login", "POST"),
     ("/admin/jobs/{id}/retry", "POST"),
     ("/admin/schedules/{code}/override", "POST"),
+    ("/admin/api", "GET"),
 ]
 _APP = _app()
 

@@ -23,7 +23,7 @@ from jobledger.domain.errors import JobledgerError
 from jobledger.http import openapi
 from jobledger.http.auth import ApiKeys, Authenticator
 from jobledger.http.errors import ApiError, CatchAll, api_error, domain_error, http_error
-from jobledger.http.routes import feed, health, jobs, page, schedules
+from jobledger.http.routes import feed, health, jobs, page, schedules, views
 from jobledger.http.security import BodyLimit, SecureHeaders
 from jobledger.http.services import Services
 from jobledger.http.session import FailureLimiter, SigninTokens
@@ -95,6 +95,7 @@ def create_app(
             *jobs.routes(),
             *schedules.routes(),
             *feed.routes(),
+            *views.api_routes(),
             Route("/openapi.json", openapi_json, methods=["GET"]),
         ],
     )
@@ -104,6 +105,7 @@ def create_app(
             *health.routes(),
             api,
             *page.routes(),
+            *views.page_routes(),
             *_metrics_routes(),
         ],
         exception_handlers={

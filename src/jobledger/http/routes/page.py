@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobledger.domain.errors import JobledgerError
+from jobledger.domain.timeutil import iso
 from jobledger.http.routes import page_actions as act
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.page_base import HERE, login_redirect, principal_of, render
@@ -65,6 +66,7 @@ async def schedules_page(request: Request) -> Response:
             "nav": "schedules",
             "rows": [schedule_json(s) for s in rows],
             "has_scheduler": services(request).schedules is not None,
+            "now": iso(services(request).clock.now()),
         },
     )
 

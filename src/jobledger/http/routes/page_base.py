@@ -16,6 +16,7 @@ from starlette.templating import Jinja2Templates
 
 from jobledger.config.api_keys import Principal
 from jobledger.http.auth import csrf_token
+from jobledger.http.json_html import json_pairs
 
 HERE = Path(__file__).resolve().parent.parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -35,6 +36,7 @@ def _pretty(value: Any) -> str:
 
 templates.env.filters["when"] = _when
 templates.env.filters["pretty"] = _pretty
+templates.env.filters["json_pairs"] = json_pairs
 
 
 def safe_next(value: str | None, default: str = "/admin") -> str:

@@ -1,0 +1,139 @@
+"""The operator views in headless Chromium against a real `jobledger serve` process on
+a SQLite file (issue 19 items 7, 10, 11): the API reference behind the "API" link, job
+history JSON that wraps between tokens, and the viewer told why actions are absent.
+Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+
+from jobledger.engine import Engine
+from jobledger.storage.sqlite import SqliteStore
+from tests.e2e.app_setup import FLAKY, register_targets
+from tests.e2e.cdp import Browser, Page
+from tests.e2e.procs import jobledger
+from tests.e2e.test_admin_page_browser import ARTIFACTS, _need_chromium
+
+ADMIN_KEY = "e2e-admin-key-789"
+VIEWER_KEY = "e2e-viewer-key-012"
+
+#: for every `.pair` of the history's data cells: its width on one line, the width it
+#: has to fit in, its height and the height of one line (measured in the page)
+MEASURE_PAIRS = """(() => {
+  const rows = [];
+  for (const code of document.querySelectorAll('#history code.data')) {
+    const cell = code.parentElement;
+    const style = getComputedStyle(cell);
+    const room = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const probe = document.createElement('code');
+    probe.className = 'data';
+    probe.style.whiteSpace = 'nowrap';
+    probe.style.position = 'absolute';
+    probe.textContent = 'x';
+    cell.appendChild(probe);
+    const line = probe.getBoundingClientRect().height;
+    for (const pair of code.querySelectorAll('.pair')) {
+      probe.textContent = pair.textContent;
+      rows.push({text: pair.textContent, natural: probe.getBoundingClientRect().width, room,
+                 height: pair.getBoundingClientRect().height, line,
+                 cellHeight: code.getBoundingClientRect().height});
+    }
+    probe.remove();
+  }
+  return rows;
+})()"""
+
+
+async def _seed(path: Path) -> list[str]:
+    store = SqliteStore(str(path))
+    await store.open()
+    engine = Engine(store)
+    register_targets(engine)
+    ids = []
+    try:
+        for n in range(2):
+            async with engine.transaction() as tx:
+                done = await engine.enqueue(
+                    FLAKY, {"order": n, "note": "a fairly long payload " * 4}, tx=tx, key=f"k{n}"
+                )
+            assert done.job_id
+            ids.append(done.job_id)
+    finally:
+        await store.close()
+    return ids
+
+
+def _wait_dead(http: httpx.Client, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if http.get("/api/v1/jobs", params={"status": "DEAD"}).json()["total"] >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the flaky jobs did not go DEAD")
+
+
+def _sign_in(page: Page, base: str, key: str) -> None:
+    page.goto(f"{base}/admin/login")
+    page.fill("input[name=key]", key)
+    page.click("form[action='/admin/login'] button")
+    assert page.js("location.pathname") == "/admin"
+
+
+def test_operator_views_in_chromium(tmp_path: Path) -> None:
+    _need_chromium()
+    db = tmp_path / "views.db"
+    ids = asyncio.run(_seed(db))
+    env = {
+        "JOBLEDGER_STORE": f"sqlite:///{db}",
+        "JOBLEDGER_API_KEYS": f"{ADMIN_KEY}:admin:alice,{VIEWER_KEY}:viewer:bob",
+    }
+    with jobledger("serve", "--port", "0", "--setup", "tests.e2e.app_setup:setup", env=env) as proc:
+        base = proc.wait_for(r"serving (http://127\.0\.0\.1:\d+)").group(1)
+        api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        browser = Browser()
+        try:
+            _wait_dead(api, len(ids))
+            page = browser.new_page()
+            _sign_in(page, base, ADMIN_KEY)
+
+            # the "API" link opens the rendered reference, every in-page link resolves
+            page.click("header nav a[href='/admin/api']")
+            assert page.js("location.pathname") == "/admin/api"
+            assert page.js("document.querySelectorAll('section.operation').length") >= 10
+            dangling = page.js(
+                "[...document.querySelectorAll('a[href^=\"#\"]')]"
+                ".filter(a => !document.getElementById(a.hash.slice(1))).map(a => a.hash)"
+            )
+            assert dangling == []
+            assert "Bearer" in page.text("#op-post-api-v1-jobs-id-retry")
+            page.screenshot(ARTIFACTS / "admin-api.png")
+
+            # history data wraps between "key": value pairs, never inside a pair that fits
+            page = browser.new_page(width=900)
+            _sign_in(page, base, ADMIN_KEY)
+            page.goto(f"{base}/admin/jobs/{ids[0]}")
+            pairs = page.js(MEASURE_PAIRS)
+            assert len(pairs) >= 4
+            assert any(p["cellHeight"] > 1.5 * p["line"] for p in pairs)  # it did wrap
+            split = [
+                p for p in pairs if p["natural"] <= p["room"] and p["height"] > 1.5 * p["line"]
+            ]
+            assert split == []
+            assert page.js("document.querySelector('.scroll').scrollWidth") <= page.js(
+                "document.querySelector('.scroll').clientWidth"
+            )
+            page.screenshot(ARTIFACTS / "admin-history-wrap.png", full_page=False)
+
+            # a viewer reads why there are no buttons
+            viewer = browser.new_page()
+            _sign_in(viewer, base, VIEWER_KEY)
+            assert "need an admin key" in viewer.text("#viewer-note")
+            assert viewer.js("document.querySelectorAll('button[data-action]').length") == 0
+            assert viewer.text(f"tr[data-id='{ids[0]}'] .why") == "retry, skip: admin only"
+        finally:
+            browser.close()
+            api.close()
