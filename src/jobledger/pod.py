@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,15 +130,21 @@ class Pod:
         *,
         on_ready: Callable[[str], None] | None = None,
         until: asyncio.Event | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
         """Serve the admin API and page with uvicorn until `until` is set (or `stop()`).
 
         `on_ready(base_url)` is called once the socket listens (port 0 picks a free
         one). Signals are the caller's business: uvicorn's own handlers stay off.
+        `sock`: a socket already listening (`jobledger.http.listen.listen`), else one is
+        bound here; a taken port raises `ListenError` (an OSError).
         """
+        from jobledger.http.listen import listen
+
+        sock = sock or listen(host, port)
         server = _server(self.http, host, port)
         self._server = server
-        task = asyncio.create_task(server.serve(), name="jobledger-http")
+        task = asyncio.create_task(server.serve(sockets=[sock]), name="jobledger-http")
         waiter = asyncio.create_task((until or asyncio.Event()).wait())
         try:
             while not server.started:

@@ -112,8 +112,11 @@ def test_reading_commands_refuse_a_sqlite_file_that_does_not_exist(tmp_path: Pat
         for command in READ_ONLY_COMMANDS:
             done = jobledger(db, *command)
             assert done.returncode == 2, (command, done.stdout, done.stderr)
-            assert done.stderr == f"jobledger: invalid_config: no SQLite database at {db}" + (
-                " (nothing was created)\n"
+            assert done.stderr == (
+                f"jobledger: invalid_config: no SQLite database at {db} (nothing was created)\n"
+                if folder.exists()
+                else f"jobledger: invalid_config: store URL 'sqlite:///{db}': the folder"
+                f" {folder} does not exist (create it first)\n"
             )
             assert "every hash chain holds" not in done.stdout
             assert not db.exists()

@@ -48,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JobledgerError as exc:
         print(f"jobledger: {exc.code}: {exc.message}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.filename is None:  # not about a file the user named: a real fault
+            raise
+        print(f"jobledger: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return int(result or 0)

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import socket
+
+from jobledger.domain.errors import ConfigError
 
 STORE_HELP = (
     "store URL: sqlite:///path.db (default sqlite:///jobledger.db), postgresql://…,"
@@ -30,6 +33,17 @@ def add_http_options(parser: argparse.ArgumentParser, *, default_port: int = 808
         default=default_port,
         help=f"listen port (default {default_port}; 0 picks a free one)",
     )
+
+
+def bind(args: argparse.Namespace) -> socket.socket:
+    """The listening socket for --host/--port, bound before anything starts: a taken
+    port is one line and exit 2, not uvicorn's SystemExit from inside a task."""
+    from jobledger.http.listen import ListenError, listen
+
+    try:
+        return listen(args.host, args.port)
+    except ListenError as exc:
+        raise ConfigError(str(exc.strerror)) from exc
 
 
 def add_app_option(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,8 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any, TextIO
 
+from jobledger.cli._audit import reach
+from jobledger.cli._options import bind
 from jobledger.cli.serve import add_http_options, print_access, stop_on_signals
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import Job
@@ -269,6 +271,8 @@ async def _demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     url = getattr(args, "store", None) or os.environ.get("JOBLEDGER_STORE") or DEMO_STORE
     app = build(settings, url=url)
     setup(app)
+    await reach(app.store)
+    sock = None if args.no_serve else bind(args)
     progress = Progress()
     app.engine.observers.add(progress)
     started = time.monotonic()
@@ -276,7 +280,7 @@ async def _demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     with stop_on_signals(stop):
         await app.start()
         try:
-            return await _run(app, args, url, progress, stop, started, out)
+            return await _run(app, args, url, progress, stop, started, out, sock)
         finally:
             await app.stop()
             out.write("jobledger demo stopped\n")
@@ -291,6 +295,7 @@ async def _run(
     stop: asyncio.Event,
     started: float,
     out: TextIO,
+    sock: Any = None,
 ) -> int:
     if args.exit_after is not None:
         asyncio.get_running_loop().call_later(max(args.exit_after, 0.0), stop.set)
@@ -305,7 +310,7 @@ async def _run(
             ready.set()
 
         http = asyncio.create_task(
-            app.serve_http(args.host, args.port, on_ready=on_ready, until=stop)
+            app.serve_http(args.host, args.port, on_ready=on_ready, until=stop, sock=sock)
         )
         waiter = asyncio.create_task(ready.wait())
         await asyncio.wait({http, waiter}, return_when=asyncio.FIRST_COMPLETED)

@@ -15,7 +15,9 @@ from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobledger.cli._audit import reach
 from jobledger.cli.progress import Progress
+from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import Change
 from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store, store_url
@@ -23,6 +25,8 @@ from jobledger.storage.urls import open_store, store_url
 BATCH = 500
 #: the reference's rows (rows without `lane` are old-shape rows it never read)
 ROW_FILTER = {"lane": {"$exists": True}}
+#: how long the reference database may take to answer before the command gives up
+REACH_TIMEOUT_MS = 5000
 
 
 def register(sub: Any) -> None:
@@ -105,18 +109,33 @@ async def _flush(store: Store, batch: list[Change], counts: Counts, dry_run: boo
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from pymongo import AsyncMongoClient
+    try:
+        from pymongo import AsyncMongoClient
+        from pymongo.errors import PyMongoError
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            "import-reference reads MongoDB: install it with: pip install 'jobledger[mongo]'"
+        ) from exc
 
     from jobledger.storage.mongodb.reference_import import SOURCE_CODEC
 
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(args.source)
+    store = open_store(store_url(args.store))
+    await reach(store)
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        args.source, serverSelectionTimeoutMS=REACH_TIMEOUT_MS
+    )
+    try:
+        await client.admin.command("ping")
+    except PyMongoError as exc:
+        await client.close()
+        first = str(exc).split(", Timeout:")[0].splitlines()[0]
+        raise ConfigError(f"cannot reach the reference MongoDB (--from): {first}") from exc
     source = (
         client.get_database(args.db, codec_options=SOURCE_CODEC)
         if args.db
         else client.get_default_database(codec_options=SOURCE_CODEC)
     )
     collection = source[args.collection]
-    store = open_store(store_url(args.store))
     await store.open()
     try:
         with Progress("import-reference", unit="rows") as progress:

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from jobledger.cli._options import add_app_option, add_http_options
+from jobledger.cli._audit import reach
+from jobledger.cli._options import add_app_option, add_http_options, bind
 
 __all__ = ["add_http_options", "print_access", "stop_on_signals"]
 
@@ -98,6 +99,8 @@ async def _serve(
     configure_logging(settings)
     user_app = load_app(args.app) if args.app else App()
     app = user_app.bind(settings, url=getattr(args, "store", None))
+    await reach(app.store)
+    sock = bind(args)
     stop = asyncio.Event()
     with stop_on_signals(stop):
         await user_app.start(workers=False if args.no_workers else None)
@@ -110,7 +113,7 @@ async def _serve(
                 )
                 print_access(app, base, out)
 
-            await app.serve_http(args.host, args.port, on_ready=ready, until=stop)
+            await app.serve_http(args.host, args.port, on_ready=ready, until=stop, sock=sock)
         finally:
             if deadline is not None:
                 deadline.arm(settings.stop_timeout_s)

@@ -88,6 +88,7 @@ def _exit_late(timeout_s: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from jobledger.app import App
+    from jobledger.cli._audit import reach
     from jobledger.cli._load import load_app
     from jobledger.config.load import load_settings
     from jobledger.observability.logs import configure_logging
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     deadline = StopDeadline()
 
     async def main() -> None:
+        await reach(app.pod.store)
         try:
             await app.start()
             pod = app.pod.runtime.pod

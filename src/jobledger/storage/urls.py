@@ -2,22 +2,55 @@
 
 memory://                      in-process (tests, demos)
 sqlite:///relative.db          the embedded default (sqlite:////abs/path.db)
-postgresql://host/db           psycopg 3
-mongodb://host/?replicaSet=rs  a replica set (transactions need one)
+postgresql://host/db           psycopg 3 (extra `jobledger[postgres]`)
+mongodb://host/?replicaSet=rs  a replica set (extra `jobledger[mongo]`)
+
+A URL that cannot work fails here, in one line (ConfigError), before anything is
+opened: an adapter whose extra is not installed names the extra, a SQLite file in a
+folder that does not exist names the folder.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from jobledger.domain.errors import ConfigError
 from jobledger.storage.port import Store
 
 DEFAULT_STORE_URL = "sqlite:///jobledger.db"
 
+#: the extra that installs each adapter's driver, by the driver's top-level module
+_EXTRAS = {"psycopg": "postgres", "psycopg_pool": "postgres", "pymongo": "mongo", "bson": "mongo"}
+
 
 def store_url(explicit: str | None = None) -> str:
     return explicit or os.environ.get("JOBLEDGER_STORE") or DEFAULT_STORE_URL
+
+
+def _missing_driver(url: str, exc: ModuleNotFoundError) -> ConfigError:
+    top = (exc.name or "").split(".")[0]
+    extra = _EXTRAS.get(top)
+    if extra is None:
+        raise exc
+    scheme = url.split(":", 1)[0]
+    return ConfigError(
+        f"store URL {scheme}://…: the {top} package is not installed;"
+        f" install it with: pip install 'jobledger[{extra}]'"
+    )
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a sqlite:/// URL; its folder must exist (SQLite creates the file only)."""
+    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
+    if not path:
+        raise ConfigError(f"store URL {url!r}: expected sqlite:///file.db")
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ConfigError(
+            f"store URL {url!r}: the folder {folder} does not exist (create it first)"
+        )
+    return path
 
 
 def open_store(url: str, *, partitions: int = 64) -> Store:
@@ -30,18 +63,18 @@ def open_store(url: str, *, partitions: int = 64) -> Store:
     if scheme == "sqlite":
         from jobledger.storage.sqlite import SqliteStore
 
-        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-        if not path:
-            raise ConfigError(f"store URL {url!r}: expected sqlite:///file.db")
-        return SqliteStore(path, partitions=partitions)
-    if scheme in ("postgres", "postgresql"):
-        from jobledger.storage.postgres import PostgresStore
+        return SqliteStore(sqlite_path(url), partitions=partitions)
+    try:
+        if scheme in ("postgres", "postgresql"):
+            from jobledger.storage.postgres import PostgresStore
 
-        return PostgresStore(url, partitions=partitions)
-    if scheme in ("mongodb", "mongodb+srv"):
-        from jobledger.storage.mongodb import MongoStore
+            return PostgresStore(url, partitions=partitions)
+        if scheme in ("mongodb", "mongodb+srv"):
+            from jobledger.storage.mongodb import MongoStore
 
-        return MongoStore(url, partitions=partitions)
+            return MongoStore(url, partitions=partitions)
+    except ModuleNotFoundError as exc:
+        raise _missing_driver(url, exc) from exc
     raise ConfigError(
         f"store URL {url!r}: unknown scheme {scheme!r} (memory, sqlite, postgresql, mongodb)"
     )
