@@ -19,6 +19,7 @@ Indexes and their migrations are in `indexes.py`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
-from jobledger.storage import rows
+from jobledger.storage import jsontext, rows
 from jobledger.storage.port import JobFilter
 
 Doc = dict[str, Any]
@@ -36,6 +37,17 @@ RUNNING = "RUNNING"
 
 
 # --- documents ----------------------------------------------------------------------------
+
+
+def by_id(value: str | int) -> Doc:
+    """The filter of one document by `_id` (a job id, a schedule code, a pod, a
+    partition number, a checkpoint's name)."""
+    return {"_id": value}
+
+
+def fields(*names: str) -> Doc:
+    """A projection returning only `names` (and `_id`)."""
+    return dict.fromkeys(names, 1)
 
 
 def job_doc(job: Job) -> Doc:
@@ -224,10 +236,6 @@ def running_code_conflict_query(change: Change) -> Doc | None:
     return None
 
 
-def lease_held_query(pod: str, now: datetime, partitions: Sequence[int]) -> Doc:
-    return {"_id": {"$in": sorted(set(partitions))}, "owner": pod, "lease_until": {"$gt": now}}
-
-
 def lease_fence(pod: str, now: datetime, partition: int) -> tuple[Doc, Doc]:
     """(filter, update) a guarded write makes on a lease it relies on: a write, so a
     concurrent takeover conflicts with the transaction (writes.fence_leases)."""
@@ -343,7 +351,20 @@ def live_workers_query(since: datetime) -> Doc:
 
 
 def checkpoint_update(position: int, state: Any, resume_token: Any = None) -> Doc:
-    fields: Doc = {"position": position, "state": state}
+    """A checkpoint's `$set`. The projection state is stored as JSON text, as the SQL
+    stores keep it: its keys are target and code names, which may hold dots or start
+    with `$` (field names an update's value should not carry), and its values come back
+    exactly as saved. The change stream's resume token stays a document (the server
+    takes it back as one)."""
+    update: Doc = {"position": position, "state": None if state is None else jsontext.dumps(state)}
     if resume_token is not None:
-        fields["resume_token"] = resume_token
-    return {"$set": fields}
+        update["resume_token"] = resume_token
+    return {"$set": update}
+
+
+def checkpoint_from_doc(doc: Mapping[str, Any] | None) -> tuple[int, Any]:
+    """(position, state) of a checkpoint document, (0, None) when there is none."""
+    if doc is None:
+        return 0, None
+    state = doc.get("state")
+    return int(doc["position"]), json.loads(state) if isinstance(state, str) else state

@@ -12,11 +12,23 @@ from datetime import UTC
 from typing import Any
 
 from bson.codec_options import CodecOptions
+from pymongo import AsyncMongoClient, ReadPreference, WriteConcern
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.read_concern import ReadConcern
 
-CODEC: CodecOptions[dict[str, Any]] = CodecOptions(tz_aware=True, tzinfo=UTC)
+Doc = dict[str, Any]
+#: PyMongo's own types, so that mypy --strict checks every call the adapter makes
+Client = AsyncMongoClient[Doc]
+Database = AsyncDatabase[Doc]
+Collection = AsyncCollection[Doc]
+Session = AsyncClientSession
+
+CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=UTC)
 
 
-def database(client: Any, name: str | None) -> Any:
+def database(client: Client, name: str | None) -> Database:
     """The store's database on `client` with the adapter's codec options (`name`, else
     the URL's default database, else `jobledger`)."""
     if name:
@@ -24,18 +36,13 @@ def database(client: Any, name: str | None) -> Any:
     return client.get_default_database("jobledger", codec_options=CODEC)
 
 
-def majority(collection: Any) -> Any:
+def majority(collection: Collection) -> Collection:
     """`collection` read with majority read concern: what a failover cannot roll back."""
-    from pymongo.read_concern import ReadConcern
-
     return collection.with_options(read_concern=ReadConcern("majority"))
 
 
 def transaction_options() -> dict[str, Any]:
     """Engine-owned transactions: snapshot reads, majority commits, on the primary."""
-    from pymongo import ReadPreference, WriteConcern
-    from pymongo.read_concern import ReadConcern
-
     return {
         "read_concern": ReadConcern("snapshot"),
         "write_concern": WriteConcern("majority"),

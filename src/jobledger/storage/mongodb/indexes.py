@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobledger.domain.jobs import Lane
-from jobledger.storage.mongodb.builders import PENDING, RUNNING, Doc
+from jobledger.storage.mongodb.builders import PENDING, RUNNING, Doc, by_id
+from jobledger.storage.mongodb.codec import Database
 
 INDEX_NOT_FOUND = 27
 NAMESPACE_EXISTS = 48
@@ -169,6 +170,14 @@ def dead_ttl_spec(seconds: int) -> IndexSpec:
     )
 
 
+MIGRATIONS_ID = "indexes"  # the `migrations` document recording the applied version
+
+
+def applied_update(version: int) -> tuple[Doc, Doc]:
+    """(filter, update) recording that `version` was applied (never lowering it)."""
+    return by_id(MIGRATIONS_ID), {"$max": {"version": version}}
+
+
 def ttl_change(seconds: int) -> Doc:
     """The `collMod` command that changes an existing TTL index's expiry."""
     return {"collMod": "jobs", "index": {"name": "dead_ttl", "expireAfterSeconds": seconds}}
@@ -186,7 +195,7 @@ COLLECTIONS = (
 )
 
 
-async def migrate(db: Any, dead_ttl_seconds: int | None = None) -> int:
+async def migrate(db: Database, dead_ttl_seconds: int | None = None) -> int:
     """Create the collections, apply the index migrations not yet applied, and set the
     DEAD-row TTL when configured; returns the version the database is at."""
     from pymongo.errors import CollectionInvalid, OperationFailure
@@ -201,7 +210,7 @@ async def migrate(db: Any, dead_ttl_seconds: int | None = None) -> int:
             except OperationFailure as exc:  # created concurrently by another pod
                 if exc.code != NAMESPACE_EXISTS:
                     raise
-    doc = await db.migrations.find_one({"_id": "indexes"})
+    doc = await db.migrations.find_one(by_id(MIGRATIONS_ID))
     applied = int(doc["version"]) if doc else 0
     for migration in pending_migrations(applied):
         for collection, name in migration.drop:
@@ -212,9 +221,7 @@ async def migrate(db: Any, dead_ttl_seconds: int | None = None) -> int:
                     raise
         for spec in migration.create:
             await db[spec.collection].create_index(spec.keys, **spec.options)
-        await db.migrations.update_one(
-            {"_id": "indexes"}, {"$max": {"version": migration.version}}, upsert=True
-        )
+        await db.migrations.update_one(*applied_update(migration.version), upsert=True)
         applied = max(applied, migration.version)
     if dead_ttl_seconds is not None:
         spec = dead_ttl_spec(dead_ttl_seconds)

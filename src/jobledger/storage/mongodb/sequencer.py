@@ -26,7 +26,7 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from jobledger.storage.mongodb import builders as b
-from jobledger.storage.mongodb.codec import majority
+from jobledger.storage.mongodb.codec import Database, majority
 from jobledger.storage.mongodb.sequencing import Pending, assign_positions
 
 STEP_BATCH = 1000
@@ -35,7 +35,9 @@ InTransaction = Callable[[Callable[[AsyncClientSession], Awaitable[Any]]], Await
 
 
 class Sequencer:
-    def __init__(self, db: Any, in_transaction: InTransaction, *, batch: int = STEP_BATCH) -> None:
+    def __init__(
+        self, db: Database, in_transaction: InTransaction, *, batch: int = STEP_BATCH
+    ) -> None:
         self.db = db
         self.in_transaction = in_transaction
         self.batch = batch
@@ -48,7 +50,8 @@ class Sequencer:
             head = await self.db.sequencer.find_one_and_update(
                 query, update, upsert=True, return_document=ReturnDocument.AFTER, session=session
             )
-            high_water = int(head.get("high_water", 0))
+            # upsert with ReturnDocument.AFTER always returns the document
+            high_water = int(head.get("high_water", 0)) if head else 0
             flt, projection, sort = b.pending_query()
             cursor = self.db.events.find(flt, projection, session=session).sort(sort)
             pending = [
@@ -69,7 +72,7 @@ class Sequencer:
 
     async def high_water(self) -> int:
         """The mark, read with majority read concern (what a failover cannot roll back)."""
-        head = await majority(self.db.sequencer).find_one({"_id": b.HEAD_ID})
+        head = await majority(self.db.sequencer).find_one(b.by_id(b.HEAD_ID))
         return int(head.get("high_water", 0)) if head else 0
 
     async def catch_up(self) -> int:
@@ -78,7 +81,7 @@ class Sequencer:
         Nothing pending (the common case for an idle log): one indexed read, no write.
         """
         flt, _, _ = b.pending_query()
-        while await majority(self.db.events).find_one(flt, {"_id": 1}):
+        while await majority(self.db.events).find_one(flt, b.fields()):
             done, _ = await self.step()
             if done < self.batch:
                 break

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobledger.storage.mongodb.codec import Client
+
 MINIMUM_VERSION = (6, 0)
 
 
@@ -33,7 +35,7 @@ def server_problem(hello: dict[str, Any], build_info: dict[str, Any]) -> str | N
     return None
 
 
-async def check_server(client: Any) -> None:
+async def check_server(client: Client) -> None:
     """Raise `ConfigError` with `server_problem`'s line when the server cannot serve."""
     from jobledger.domain.errors import ConfigError
 

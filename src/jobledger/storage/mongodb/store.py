@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.client_session import AsyncClientSession
-from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from jobledger.domain.events import Event
@@ -30,7 +29,14 @@ from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.feed import LocalFeed, wake_of
 from jobledger.storage.mongodb import builders as b
-from jobledger.storage.mongodb.codec import database, majority, transaction_options
+from jobledger.storage.mongodb import codec
+from jobledger.storage.mongodb.codec import (
+    Client,
+    Database,
+    Doc,
+    majority,
+    transaction_options,
+)
 from jobledger.storage.mongodb.indexes import migrate
 from jobledger.storage.mongodb.sequencer import Sequencer
 from jobledger.storage.mongodb.sequencing import log_window
@@ -51,7 +57,6 @@ from jobledger.storage.rows import as_utc
 
 logger = logging.getLogger("jobledger.storage.mongodb")
 T = TypeVar("T")
-Document = dict[str, Any]
 
 COMMIT_RETRY_S = 120.0  # as long as with_transaction retries a commit
 
@@ -69,7 +74,7 @@ class MongoStore(Store):
         self,
         url: str | None = None,
         *,
-        client: AsyncMongoClient[Document] | None = None,
+        client: Client | None = None,
         database: str | None = None,
         partitions: int = 64,
         dead_ttl_seconds: int | None = None,
@@ -80,12 +85,12 @@ class MongoStore(Store):
         self.partitions = partitions
         self.dead_ttl_seconds = dead_ttl_seconds
         self._owns_client = client is None
-        self.client: AsyncMongoClient[Document] = (
+        self.client: Client = (
             client
             if client is not None
-            else AsyncMongoClient(url, tz_aware=True, tzinfo=UTC, retryWrites=True)
+            else AsyncMongoClient[Doc](url, tz_aware=True, tzinfo=UTC, retryWrites=True)
         )
-        self.db: AsyncDatabase[Document] = _database(self.client, database)
+        self.db: Database = codec.database(self.client, database)
         self._feed = LocalFeed()
         self.watcher = ChangeWatcher(self.db, self._feed)
         self._watch_task: asyncio.Task[None] | None = None
@@ -159,7 +164,7 @@ class MongoStore(Store):
     # --- writes -----------------------------------------------------------------------------
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
         session = native_handle(tx)
-        if not getattr(session, "in_transaction", False):
+        if not isinstance(session, AsyncClientSession) or not session.in_transaction:
             raise TypeError("append_in needs an AsyncClientSession with a transaction in progress")
         return await write_changes(self.db, session, changes, guard=None)
 
@@ -206,7 +211,7 @@ class MongoStore(Store):
     async def running_codes(self, now: datetime) -> set[str]:
         return {
             d["running_code"]
-            async for d in self.db.jobs.find(b.running_codes_query(now), {"running_code": 1})
+            async for d in self.db.jobs.find(b.running_codes_query(now), b.fields("running_code"))
         }
 
     async def inflight(self, partition: int) -> list[Job]:
@@ -214,7 +219,7 @@ class MongoStore(Store):
 
     async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
         query, sort = b.next_due_query(partitions, lane)
-        doc = await self.db.jobs.find_one(query, {"next_run_at": 1}, sort=sort)
+        doc = await self.db.jobs.find_one(query, b.fields("next_run_at"), sort=sort)
         return as_utc(doc["next_run_at"]) if doc else None
 
     # --- coordination ------------------------------------------------------------------------
@@ -231,11 +236,11 @@ class MongoStore(Store):
         await self.db.workers.update_one(query, update, upsert=True)
 
     async def remove_worker(self, pod: str) -> None:
-        await self.db.workers.delete_one({"_id": pod})
+        await self.db.workers.delete_one(b.by_id(pod))
 
     async def live_workers(self, since: datetime) -> list[str]:
         return sorted(
-            [d["_id"] async for d in self.db.workers.find(b.live_workers_query(since), {"_id": 1})]
+            [d["_id"] async for d in self.db.workers.find(b.live_workers_query(since), b.fields())]
         )
 
     async def leases(self) -> list[PartitionLease]:
@@ -269,7 +274,7 @@ class MongoStore(Store):
 
     # --- read models -----------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
-        doc = await self.db.jobs.find_one({"_id": job_id})
+        doc = await self.db.jobs.find_one(b.by_id(job_id))
         return b.job_from_doc(doc) if doc else None
 
     async def list_jobs(
@@ -297,7 +302,7 @@ class MongoStore(Store):
         return await self._jobs({}, [("_id", 1)])
 
     async def get_schedule(self, code: str) -> Schedule | None:
-        doc = await self.db.schedules.find_one({"_id": code})
+        doc = await self.db.schedules.find_one(b.by_id(code))
         return b.schedule_from_doc(doc) if doc else None
 
     async def list_schedules(self) -> list[Schedule]:
@@ -338,16 +343,15 @@ class MongoStore(Store):
         return int(result.deleted_count)
 
     async def load_checkpoint(self, name: str) -> tuple[int, Any]:
-        doc = await self.db.checkpoints.find_one({"_id": name})
-        return (int(doc["position"]), doc.get("state")) if doc else (0, None)
+        return b.checkpoint_from_doc(await self.db.checkpoints.find_one(b.by_id(name)))
 
     async def save_checkpoint(self, name: str, position: int, state: Any) -> None:
         await self.db.checkpoints.update_one(
-            {"_id": name}, b.checkpoint_update(position, state), upsert=True
+            b.by_id(name), b.checkpoint_update(position, state), upsert=True
         )
 
     async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
-        async def body(session: Any) -> None:
+        async def body(session: AsyncClientSession) -> None:
             await self.db.jobs.delete_many({}, session=session)
             await self.db.schedules.delete_many({}, session=session)
             if jobs:
@@ -362,11 +366,6 @@ class MongoStore(Store):
     # --- the change feed ---------------------------------------------------------------------
     def feed(self) -> AsyncIterator[Wake]:
         return self._feed.subscribe()
-
-
-def _database(client: AsyncMongoClient[Document], name: str | None) -> AsyncDatabase[Document]:
-    db: AsyncDatabase[Document] = database(client, name)
-    return db
 
 
 async def _commit(session: AsyncClientSession) -> None:

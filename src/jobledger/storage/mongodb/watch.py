@@ -20,6 +20,7 @@ from typing import Any
 from jobledger.domain.jobs import Lane
 from jobledger.storage.feed import LocalFeed
 from jobledger.storage.mongodb import builders as b
+from jobledger.storage.mongodb.codec import Database
 from jobledger.storage.port import EVERYTHING, Wake
 
 Doc = dict[str, Any]
@@ -96,7 +97,7 @@ def backoff_delay(
 class ChangeWatcher:
     def __init__(
         self,
-        db: Any,
+        db: Database,
         feed: LocalFeed,
         *,
         rng: random.Random | None = None,
@@ -132,7 +133,7 @@ class ChangeWatcher:
                 await asyncio.sleep(delay)
 
     async def _follow(self) -> None:
-        doc = await self.db.checkpoints.find_one({"_id": FEED_CHECKPOINT})
+        doc = await self.db.checkpoints.find_one(b.by_id(FEED_CHECKPOINT))
         token = doc.get("resume_token") if doc else None
         async with await self.db.watch(change_stream_pipeline(), resume_after=token) as stream:
             self.streams_opened += 1
@@ -150,7 +151,7 @@ class ChangeWatcher:
                     unsaved = True
                 if unsaved and loop.time() - saved_at >= TOKEN_SAVE_INTERVAL_S:
                     await self.db.checkpoints.update_one(
-                        {"_id": FEED_CHECKPOINT},
+                        b.by_id(FEED_CHECKPOINT),
                         b.checkpoint_update(0, None, stream.resume_token),
                         upsert=True,
                     )
@@ -167,6 +168,6 @@ class ChangeWatcher:
                 "falling back to a catch-up scan"
             )
             try:
-                await self.db.checkpoints.delete_one({"_id": FEED_CHECKPOINT})
+                await self.db.checkpoints.delete_one(b.by_id(FEED_CHECKPOINT))
             except PyMongoError as again:
                 logger.warning("could not drop the lost resume token (%s)", again)

@@ -11,16 +11,16 @@ or the same dedupe key, which must lose).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from jobledger.domain.jobs import Change
 from jobledger.storage.mongodb import builders as b
+from jobledger.storage.mongodb.codec import Database, Doc, Session
 from jobledger.storage.port import LeaseGuard
 
 
 async def write_changes(
-    db: Any, session: Any, changes: Sequence[Change], guard: LeaseGuard | None
+    db: Database, session: Session, changes: Sequence[Change], guard: LeaseGuard | None
 ) -> list[bool]:
     """Apply `changes` in `session`'s transaction; a losing change is dropped alone.
 
@@ -62,16 +62,20 @@ def _new_keys(changes: Sequence[Change]) -> list[str]:
 
 
 async def _existing(
-    db: Any, session: Any, field: str, query: Any, values: Sequence[str]
+    db: Database,
+    session: Session,
+    field: str,
+    query: Callable[[Sequence[str]], Doc],
+    values: Sequence[str],
 ) -> set[str]:
     if not values:
         return set()
-    cursor = db.events.find(query(values), {field: 1}, session=session)
+    cursor = db.events.find(query(values), b.fields(field), session=session)
     return {d[field] async for d in cursor}
 
 
 async def fence_leases(
-    db: Any, session: Any, guard: LeaseGuard, partitions: Sequence[int | None]
+    db: Database, session: Session, guard: LeaseGuard, partitions: Sequence[int | None]
 ) -> set[int]:
     """The partitions whose lease `guard.pod` holds at `guard.now`, each *written*
     (`$inc` of its fence) inside the transaction: a takeover of one of them that
@@ -88,8 +92,8 @@ async def fence_leases(
 
 
 async def _write_row(
-    db: Any,
-    session: Any,
+    db: Database,
+    session: Session,
     change: Change,
     seen: set[str],
     existing: set[str],
@@ -102,7 +106,7 @@ async def _write_row(
     ):
         return False
     conflict = b.running_code_conflict_query(change)
-    if conflict is not None and await db.jobs.find_one(conflict, {"_id": 1}, session=session):
+    if conflict is not None and await db.jobs.find_one(conflict, b.fields(), session=session):
         return False
     collection = db[b.collection_of(change)]
     if change.is_new:
@@ -110,7 +114,9 @@ async def _write_row(
             await collection.insert_one(b.row_document(change), session=session)
         return True
     if change.row is None:
-        result = await collection.delete_one(b.cas_query(change), session=session)
-        return bool(result.deleted_count)
-    result = await collection.update_one(b.cas_query(change), b.row_update(change), session=session)
-    return bool(result.matched_count)
+        deleted = await collection.delete_one(b.cas_query(change), session=session)
+        return bool(deleted.deleted_count)
+    updated = await collection.update_one(
+        b.cas_query(change), b.row_update(change), session=session
+    )
+    return bool(updated.matched_count)
