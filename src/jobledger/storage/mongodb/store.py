@@ -163,13 +163,10 @@ class MongoStore(Store):
 
     # --- writes -----------------------------------------------------------------------------
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
-        session = native_handle(tx)
-        if not isinstance(session, AsyncClientSession) or not session.in_transaction:
-            raise TypeError("append_in needs an AsyncClientSession with a transaction in progress")
-        return await write_changes(self.db, session, changes, guard=None)
+        return await write_changes(self.db, _joined(tx), changes, guard=None)
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
-        return await dedupe_holders(self.db, native_handle(tx), keys)
+        return await dedupe_holders(self.db, _joined(tx), keys)
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
@@ -366,6 +363,15 @@ class MongoStore(Store):
     # --- the change feed ---------------------------------------------------------------------
     def feed(self) -> AsyncIterator[Wake]:
         return self._feed.subscribe()
+
+
+def _joined(tx: Any) -> AsyncClientSession:
+    """The caller's session (a `Transaction` or the session itself), which must have a
+    transaction in progress: the store joins it, never starts or ends it."""
+    session = native_handle(tx)
+    if not isinstance(session, AsyncClientSession) or not session.in_transaction:
+        raise TypeError("tx must be an AsyncClientSession with a transaction in progress")
+    return session
 
 
 async def _commit(session: AsyncClientSession) -> None:

@@ -49,11 +49,11 @@ async def write_changes(
     return flags
 
 
-async def dedupe_holders(db: Any, session: Any, keys: Sequence[str]) -> dict[str, str]:
+async def dedupe_holders(db: Database, session: Session, keys: Sequence[str]) -> dict[str, str]:
     """The job id holding each of `keys` in the log, read in `session`'s transaction."""
     if not keys:
         return {}
-    cursor = db.events.find(b.dedupe_query(keys), {"dedupe_key": 1, "stream": 1}, session=session)
+    cursor = db.events.find(b.dedupe_query(keys), b.fields("dedupe_key", "stream"), session=session)
     return {d["dedupe_key"]: str(d["stream"]).removeprefix("job:") async for d in cursor}
 
 
