@@ -10,7 +10,8 @@ come from the request context (`jobledger.core.context.request_context`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jobledger.core import context
@@ -19,8 +20,8 @@ from jobledger.core.ids import is_job_id
 from jobledger.domain import job_commands, jobs
 from jobledger.domain.errors import InvalidStatus, NotFound
 from jobledger.domain.events import Event, EventType
-from jobledger.domain.jobs import Change, Job, Stamp
-from jobledger.storage.port import Store
+from jobledger.domain.jobs import Change, Job, JobStatus, Stamp
+from jobledger.storage.port import JobFilter, Store
 
 #: how a job that left the queue ended, by the event that closed it
 CLOSED_STATUS = {
@@ -29,6 +30,29 @@ CLOSED_STATUS = {
     EventType.JOB_CANCELLED: "CANCELLED",
     EventType.JOB_EXPIRED: "EXPIRED",
 }
+
+
+#: DEAD rows one bulk call acts on at most (call again for the rest)
+BULK_LIMIT = 10_000
+#: rows read and written per round trip of a bulk call
+BULK_BATCH = 500
+BULK_COMMANDS: dict[str, Callable[[Job, Stamp], Change]] = {
+    "retry": job_commands.retry,
+    "skip": job_commands.skip,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What a bulk retry or skip did: `matched` DEAD rows found, `changed` of them
+    retried or skipped, `conflicts` that changed meanwhile (a lane or another admin won
+    the compare-and-set), `more` when it stopped at the limit with DEAD rows left."""
+
+    action: str
+    matched: int
+    changed: int
+    conflicts: int
+    more: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +125,40 @@ class JobAdmin:
         """PENDING and not in flight → gone (closes G2)."""
         job = await self._row(job_id)
         await self._write(job_commands.cancel(job, self._stamp()), job, "cancel")
+
+    async def dead_count(self, flt: JobFilter, *, at_most: int) -> int:
+        """DEAD rows matching `flt` (its status aside), counted up to `at_most`."""
+        dead = replace(flt, status=JobStatus.DEAD)
+        _, count = await self.store.list_jobs(dead, offset=0, limit=0, count_limit=at_most)
+        return count
+
+    async def bulk(self, action: str, flt: JobFilter, *, limit: int = BULK_LIMIT) -> BulkResult:
+        """Retry or skip (`action`) every DEAD row matching `flt` (its status aside), up
+        to `limit` rows, newest first, `BULK_BATCH` rows per `store.apply`.
+
+        Each row's transition is its own event (JobRetried / JobSkipped) under the
+        request's actor and one trace id, and its own compare-and-set: a row that moved
+        meanwhile is counted in `conflicts`, never an error. Safe to repeat: a retried or
+        skipped row is no longer DEAD, so a second call finds only what is DEAD now.
+        """
+        make = BULK_COMMANDS[action]
+        dead = replace(flt, status=JobStatus.DEAD)
+        stamp = self._stamp()
+        before: str | None = None
+        matched = changed = 0
+        while matched < limit:
+            rows, _ = await self.store.list_jobs(
+                dead, offset=0, limit=min(BULK_BATCH, limit - matched), before=before, count_limit=0
+            )
+            if not rows:
+                break
+            before = rows[-1].id
+            matched += len(rows)
+            changed += sum(await self.store.apply([make(job, stamp) for job in rows]))
+        more = False
+        if matched >= limit and before is not None:
+            left, _ = await self.store.list_jobs(
+                dead, offset=0, limit=1, before=before, count_limit=0
+            )
+            more = bool(left)
+        return BulkResult(action, matched, changed, matched - changed, more)

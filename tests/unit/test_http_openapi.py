@@ -127,6 +127,8 @@ _PAGES = [
     ("/admin/login", "GET"),
     ("/admin/login", "POST"),
     ("/admin/jobs/{id}/retry", "POST"),
+    ("/admin/bulk/retry", "POST"),
+    ("/admin/bulk/skip", "POST"),
     ("/admin/schedules/{code}/override", "POST"),
     ("/admin/api", "GET"),
 ]
@@ -150,6 +152,8 @@ _APP = _app()
                 "after",
                 "next",
                 "token",
+                "before",
+                "expect",
                 "x",
             ]
         ),

@@ -176,3 +176,32 @@ async def test_counts_are_capped(w: World, monkeypatch: pytest.MonkeyPatch) -> N
         await login(http, ADMIN_KEY)
         page = (await http.get("/admin")).text
         assert "3+ open" in page and "PENDING <b>3+</b>" in page and "DEAD <b>1</b>" in page
+
+
+async def test_bulk_buttons_confirm_the_count_and_act_on_the_filter(w: World) -> None:
+    dead = [await w.dead(key=f"k{n}") for n in range(3)]
+    other = await w.dead("kafka:orders", key="x")
+    async with client(w.app) as http:
+        csrf = await login(http, ADMIN_KEY)
+        page = (await http.get("/admin?target=mail:welcome")).text
+        assert "<b>3</b> DEAD jobs match (target mail:welcome)" in page
+        assert 'data-confirm="Retry 3 DEAD jobs (target mail:welcome)?' in page
+        assert 'name="expect" value="3"' in page
+        form = {"csrf": csrf, "next": "/admin", "target": "mail:welcome"}
+        stale = await http.post("/admin/bulk/retry", data={**form, "expect": "2"})
+        assert stale.status_code == 303
+        assert "3 DEAD jobs match now, not the 2 confirmed" in (await http.get("/admin")).text
+        assert (await w.job(dead[0])).status.value == "DEAD"
+        done = await http.post("/admin/bulk/retry", data={**form, "expect": "3"})
+        assert done.status_code == 303
+        assert "3 of 3 DEAD jobs retried" in (await http.get("/admin")).text
+        assert [(await w.job(j)).status.value for j in dead] == ["PENDING"] * 3
+        assert (await w.job(other)).status.value == "DEAD"
+        nul = await http.post("/admin/bulk/skip", data={**form, "key": "a\x00"})
+        assert nul.status_code == 303 and (await w.job(other)).status.value == "DEAD"
+        assert 'id="bulk"' not in (await http.get("/admin?status=PENDING")).text
+        await http.post("/admin/logout", data={"csrf": csrf})
+        await login(http, VIEWER_KEY)
+        assert 'id="bulk"' not in (await http.get("/admin")).text
+        forged = await http.post("/admin/bulk/skip", data={"csrf": csrf})
+        assert forged.status_code == 403 and (await w.job(other)).status.value == "DEAD"

@@ -337,6 +337,7 @@ def document() -> dict[str, Any]:
                     params=code,
                 ),
             },
+            **openapi_jobs.paths(),
             f"{PREFIX}/stats": {
                 "get": _op(
                     "Hourly outcomes (stats projection) and the open queue per target",

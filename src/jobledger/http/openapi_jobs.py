@@ -1,19 +1,33 @@
-"""The OpenAPI parts of the jobs listing (keyset cursors, capped total), kept beside
-`openapi.py`, which assembles the document."""
+"""The OpenAPI parts of the jobs listing (keyset cursors, capped total) and of the bulk
+actions, kept beside `openapi.py`, which assembles the document."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from jobledger.admin import BULK_LIMIT
 from jobledger.domain.jobs import JobStatus
 from jobledger.http.listing import COUNT_CAP
-from jobledger.http.openapi import _query, _ref
+from jobledger.http.openapi import PREFIX, _op, _query, _ref
 
 _ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 _NID = {"type": ["string", "null"], "pattern": "^[0-9a-f]{32}$"}
 
 
+_COUNT = {"type": "integer", "minimum": 0}
+
 SCHEMAS: dict[str, Any] = {
+    "BulkResult": {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["retry", "skip"]},
+            "matched": {**_COUNT, "description": "DEAD jobs found"},
+            "changed": {**_COUNT, "description": "of them retried or skipped"},
+            "conflicts": {**_COUNT, "description": "of them changed meanwhile (not an error)"},
+            "more": {"type": "boolean", "description": "stopped at `limit`: call again"},
+        },
+        "required": ["action", "matched", "changed", "conflicts", "more"],
+    },
     "JobList": {
         "type": "object",
         "properties": {
@@ -66,3 +80,40 @@ LIST_DESCRIPTION = (
     " does not grow with the table. With `after`, the page is the oldest rows newer"
     " than it (shown newest first); `page` skips whole pages from the cursor."
 )
+
+BULK_PARAMS = [
+    *FILTERS[1:],
+    _query(
+        "expect",
+        {"type": "integer", "minimum": 0, "maximum": BULK_LIMIT},
+        "the count the caller confirmed: 409 when another number of DEAD jobs matches",
+    ),
+    _query(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": BULK_LIMIT, "default": BULK_LIMIT},
+        "DEAD jobs acted on at most (newest first); `more` says some are left",
+    ),
+]
+
+
+def paths() -> dict[str, Any]:
+    """The bulk routes: every DEAD job matching the filters, each its own event."""
+    what = {
+        "retry": "DEAD → PENDING (JobRetried)",
+        "skip": "DEAD → gone (JobSkipped, reason admin)",
+    }
+    return {
+        f"{PREFIX}/bulk/{action}": {
+            "post": _op(
+                f"Every DEAD job matching the filters: {summary}",
+                _ref("BulkResult"),
+                errors=(400, 403, 409),
+                tag="jobs",
+                params=BULK_PARAMS,
+                description="Each job's transition is its own event under the caller as"
+                " actor and its own compare-and-set; safe to repeat (a second call finds"
+                " only what is DEAD then).",
+            )
+        }
+        for action, summary in what.items()
+    }

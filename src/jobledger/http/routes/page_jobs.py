@@ -10,8 +10,10 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
+from jobledger.config.api_keys import Principal
 from jobledger.core.ids import is_job_id
 from jobledger.domain.jobs import JobStatus
+from jobledger.http import listing
 from jobledger.http.listing import capped_count, list_open, shown_count
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render
@@ -42,6 +44,26 @@ def filter_params(flt: JobFilter) -> dict[str, str]:
 def _cursor(request: Request, name: str) -> str | None:
     value = request.query_params.get(name)
     return value if value is not None and is_job_id(value) else None
+
+
+async def bulk_context(
+    request: Request, principal: Principal, flt: JobFilter
+) -> dict[str, Any] | None:
+    """The bulk bar's values (an admin's list that may hold DEAD rows, some matching),
+    or None: how many DEAD jobs match the filters, as the confirmation shows it."""
+    if not principal.is_admin or flt.status not in (None, JobStatus.DEAD):
+        return None
+    cap = listing.COUNT_CAP
+    count = await services(request).jobs.dead_count(flt, at_most=cap + 1)
+    if count == 0:
+        return None
+    where = ", ".join(f"{k} {v}" for k, v in filter_params(flt).items() if k != "status")
+    return {
+        "count": shown_count(min(count, cap), count > cap),
+        "expect": count if count <= cap else "",
+        "where": f" ({where})" if where else "",
+        "fields": {k: v for k, v in filter_params(flt).items() if k != "status"},
+    }
 
 
 async def jobs_page(request: Request) -> Response:
@@ -75,5 +97,6 @@ async def jobs_page(request: Request) -> Response:
         "filters": filters,
         "statuses": STATUSES,
         "counts": counts,
+        "bulk": await bulk_context(request, principal, flt),
     }
     return render(request, "jobs.html", principal, context)
