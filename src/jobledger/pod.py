@@ -201,7 +201,11 @@ def build(
 
     settings = settings or Settings()
     if store is None:
-        store = open_store(store_url(url or settings.store_url), partitions=settings.partitions)
+        store = open_store(
+            store_url(url or settings.store_url),
+            partitions=settings.partitions,
+            schema=settings.postgres_schema,
+        )
     engine = Engine(store, clock=clock or SystemClock(), settings=settings)
     install_observers(engine, settings)
     scheduler = Scheduler(engine)

@@ -1,5 +1,6 @@
-"""Shared by the audit commands (replay, verify, export, migrate): open the store named
-by `--store` (or JOBLEDGER_STORE), run one coroutine on it, close it.
+"""Shared by the audit commands (replay, verify, export, migrate, archive): open the
+store named by `--store` (or the settings' `store_url`: JOBLEDGER_STORE, the config
+file), run one coroutine on it, close it.
 
 replay, verify and export read a log that must already exist: on a database that does
 not exist (or holds no jobledger log) they stop with one line and exit 2 instead of
@@ -35,7 +36,7 @@ def run_on_store(
     (the commands that only read one)."""
 
     async def main() -> int:
-        store = open_store(store_url(getattr(args, "store", None)))
+        store = configured_store(args)
         await (require_existing(store) if existing else reach(store))
         await store.open()
         try:
@@ -44,6 +45,19 @@ def run_on_store(
             await store.close()
 
     return asyncio.run(main())
+
+
+def configured_store(args: argparse.Namespace) -> Store:
+    """The store `--store` names, else the config file's or environment's `store_url`,
+    with the `partitions` and `postgres_schema` settings (`--config`); not yet open."""
+    from jobledger.config.load import load_settings
+
+    settings = load_settings(file=getattr(args, "config", None))
+    return open_store(
+        store_url(getattr(args, "store", None) or settings.store_url),
+        partitions=settings.partitions,
+        schema=settings.postgres_schema,
+    )
 
 
 async def reach(store: Store) -> None:

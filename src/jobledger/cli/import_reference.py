@@ -15,12 +15,11 @@ from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobledger.cli._audit import reach
+from jobledger.cli._audit import configured_store, reach
 from jobledger.cli.progress import Progress
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import Change
 from jobledger.storage.port import Store
-from jobledger.storage.urls import open_store, store_url
 
 BATCH = 500
 #: the reference's rows (rows without `lane` are old-shape rows it never read)
@@ -119,7 +118,7 @@ async def _run(args: argparse.Namespace) -> int:
 
     from jobledger.storage.mongodb.reference_import import SOURCE_CODEC
 
-    store = open_store(store_url(args.store))
+    store = configured_store(args)
     await reach(store)
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
         args.source, serverSelectionTimeoutMS=REACH_TIMEOUT_MS

@@ -244,6 +244,16 @@ class Settings:
             secret=True,
         ),
     )
+    # None: the store URL's schema (?schema= / options=-csearch_path=), else jobledger
+    postgres_schema: str | None = field(
+        default=None,
+        metadata=setting(
+            as_opt_str,
+            None,
+            "PostgreSQL schema of the engine's tables when the store URL names none"
+            " (default jobledger).",
+        ),
+    )
     # text | json
     log_format: str = field(
         default="text",

@@ -2,7 +2,9 @@
 
 memory://                      in-process (tests, demos)
 sqlite:///relative.db          the embedded default (sqlite:////abs/path.db)
-postgresql://host/db           psycopg 3 (extra `jobledger[postgres]`)
+postgresql://host/db           psycopg 3 (extra `jobledger[postgres]`); the tables' schema
+                               from ?schema=name or options=-csearch_path=name,
+                               else `schema=` (the postgres_schema setting), else jobledger
 mongodb://host/?replicaSet=rs  a replica set (extra `jobledger[mongo]`)
 
 A URL that cannot work fails here, in one line (ConfigError), before anything is
@@ -53,8 +55,9 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def open_store(url: str, *, partitions: int = 64) -> Store:
-    """A store for `url`, not yet opened (call `await store.open()`)."""
+def open_store(url: str, *, partitions: int = 64, schema: str | None = None) -> Store:
+    """A store for `url`, not yet opened (call `await store.open()`). `schema`: the
+    PostgreSQL schema when the URL names none (other stores ignore it)."""
     scheme = url.split(":", 1)[0].lower()
     if scheme == "memory":
         from jobledger.storage.memory import MemoryStore
@@ -66,9 +69,11 @@ def open_store(url: str, *, partitions: int = 64) -> Store:
         return SqliteStore(sqlite_path(url), partitions=partitions)
     try:
         if scheme in ("postgres", "postgresql"):
+            from jobledger.storage.pg_url import store_schema
             from jobledger.storage.postgres import PostgresStore
 
-            return PostgresStore(url, partitions=partitions)
+            dsn, named = store_schema(url, schema)
+            return PostgresStore(dsn, partitions=partitions, schema=named or "jobledger")
         if scheme in ("mongodb", "mongodb+srv"):
             from jobledger.storage.mongodb import MongoStore
 

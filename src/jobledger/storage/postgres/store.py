@@ -40,6 +40,13 @@ def _bounded_connect(dsn: str) -> str:
     return make_conninfo(dsn, connect_timeout=CONNECT_TIMEOUT_S)
 
 
+def _utc_options(dsn: str) -> str:
+    """The sessions' `options`: the DSN's own (e.g. `-csearch_path=billing`, which
+    business SQL on `tx.native` relies on) followed by UTC."""
+    own = conninfo_to_dict(dsn).get("options")
+    return f"{own} -c TimeZone=UTC" if own else "-c TimeZone=UTC"
+
+
 class PostgresStore(WritePath, Coordination, ReadModels, Store):
     name = "postgres"
 
@@ -75,7 +82,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
             max_size=self._pool_max,
             # UTC sessions: psycopg then hands out times in `datetime.UTC` itself, which
             # the row decoder passes through untouched
-            kwargs={"autocommit": True, "options": "-c TimeZone=UTC"},
+            kwargs={"autocommit": True, "options": _utc_options(self._conninfo)},
             check=self._check,
             open=False,
             name=f"jobledger-{self.schema}",
