@@ -2,7 +2,8 @@
 
 Same harness as tests/chaos/test_chaos_short.py (tests/chaos/harness.py), longer and
 bigger: workers SIGKILLed every few seconds, worker backends terminated, the broker
-hung and restarted, the run's private PostgreSQL cluster (initdb on a free loopback
+hung, away while the workers run (the proxy in front of it refusing connections) and
+restarted, the run's private PostgreSQL cluster (initdb on a free loopback
 port, removed at the end) restarted once; then every check, one summary table. A hot-keys
 workload: `--keys 8`. Exit status 0 when every check passed and no problem was written
 down; a failed run keeps its evidence in <workdir>/evidence. Run from the repository root.
@@ -38,6 +39,8 @@ def main() -> int:
     parser.add_argument("--terminate-every", type=float, default=20.0, help="seconds")
     parser.add_argument("--hangs", type=int, default=4)
     parser.add_argument("--broker-restarts", type=int, default=2)
+    parser.add_argument("--outages", type=int, default=2, help="broker outages, workers live")
+    parser.add_argument("--outage-seconds", type=float, default=5.0)
     parser.add_argument("--no-pg-restart", action="store_true")
     parser.add_argument("--drain-timeout", type=float, default=600.0, help="seconds")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -57,6 +60,8 @@ def main() -> int:
         terminate_every_s=args.terminate_every,
         hangs=args.hangs,
         broker_restarts=args.broker_restarts,
+        outages=args.outages,
+        outage_s=args.outage_seconds,
         pg_restart=not args.no_pg_restart,
         drain_timeout_s=args.drain_timeout,
     )

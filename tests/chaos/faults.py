@@ -2,13 +2,16 @@
 
 SIGKILL a random worker (and start a new one); `pg_terminate_backend` of every worker
 backend (a round that ended no connection is a problem: the fault did not inject);
-SIGSTOP/SIGCONT the broker (a hang longer than the Kafka request timeout); kill and
-restart the broker on the same port; restart PostgreSQL — the harness's *private*
-cluster (tests/private_pg.py), never a server it did not start.
+SIGSTOP/SIGCONT the broker (a hang longer than the Kafka request timeout); a broker
+outage while the workers run (the loopback proxy every client reaches the broker through,
+tests/chaos/proxy.py, stops listening and cuts every connection: connects are refused);
+kill and restart the broker on the same port; restart PostgreSQL — the harness's
+*private* cluster (tests/private_pg.py), never a server it did not start.
 
 tansu keeps topics in memory, so before the broker is killed every worker is stopped
 (SIGSTOP, itself a stall past the lease) and the recorder waits for a condition: the
 topics' end offsets stopped moving and it has read up to them (`Recorder.quiesced`).
+The outage needs no such care: the broker itself keeps running behind the proxy.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from tests.tansu import Tansu
 
 if TYPE_CHECKING:
     from tests.chaos.harness import Config
+    from tests.chaos.proxy import LoopbackProxy
     from tests.private_pg import PrivateCluster
 
 logger = logging.getLogger("jobledger.chaos")
@@ -65,8 +69,10 @@ class Faults:
         cluster: PrivateCluster | None,
         database: str,
         summary: Summary,
+        proxy: LoopbackProxy | None = None,
     ) -> None:
         self.config = config
+        self.proxy = proxy
         self.workers = workers
         self.broker = broker
         self.recorder = recorder
@@ -179,6 +185,35 @@ class Faults:
         self.hits.append(FaultHit("broker hang", at, now()))
         self.summary.broker_hangs += 1
 
+    async def broker_outage(self) -> None:
+        """The broker goes away while every worker runs: the proxy stops listening and
+        cuts every open connection for `outage_s`, then listens again. Injected only when
+        it cut live connections and every connect tried meanwhile (one every 0.5 s, from
+        outside the proxy) was refused."""
+        assert self.proxy is not None
+        at = now()
+        cut = await self.proxy.down()
+        probes: list[bool] = []
+        try:
+            deadline = time.monotonic() + self.config.outage_s
+            while True:
+                probes.append(await asyncio.to_thread(self.proxy.refuses))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await asyncio.sleep(min(0.5, left))
+        finally:
+            await self.proxy.up()
+        until = now()
+        if not all(probes):
+            raise RuntimeError(f"{probes.count(False)} of {len(probes)} connects not refused")
+        if cut == 0:
+            raise RuntimeError("no client connection was open to cut")
+        self.hits.append(FaultHit("broker outage", at, until))
+        self.summary.broker_outages += 1
+        self.summary.outage_connections_cut += cut
+        self.summary.outage_connects_refused += len(probes)
+
     async def restart_broker(self) -> None:
         """Stall every worker, wait until nothing more lands on the topics and the recorder
         read it all, kill the broker, start an empty one on the same port, wake the workers."""
@@ -232,6 +267,9 @@ class Faults:
             steps.append(
                 (c.seconds * (0.25 + 0.45 * n / max(c.hangs - 1, 1)), "hang", self.hang_broker)
             )
+        for n in range(c.outages if self.proxy is not None else 0):
+            at = c.seconds * (0.35 + 0.45 * n / max(c.outages - 1, 1))
+            steps.append((at, "broker outage", self.broker_outage))
         for n in range(c.broker_restarts):
             steps.append((c.seconds * (0.45 + 0.1 * n), "broker restart", self.restart_broker))
         return sorted(steps, key=lambda s: s[0])

@@ -5,8 +5,10 @@
 1. a fresh store (PostgreSQL: a database in a *private* cluster the run starts with
    initdb on a free loopback port and removes at the end, tests/private_pg.py, so the
    restart fault never touches a server the run did not start; SQLite: a new file), a
-   tansu broker with the two topics, a `Recorder` (tests/chaos/record.py) that consumes
-   both topics from the start and keeps every record as it arrives;
+   tansu broker with the two topics behind a loopback proxy that every client goes
+   through (tests/chaos/proxy.py: the broker-outage fault), a `Recorder`
+   (tests/chaos/record.py) that consumes both topics from the start and keeps every
+   record as it arrives, reading again any offset it skipped;
 2. N `jobledger worker --app tests.chaos.app:setup` processes (the lane tests'
    `Workers`), with short leases (partition lease 4 s, heartbeat 1 s) and short retry
    delays from the environment;
@@ -29,12 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import signal
 import sqlite3
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -46,19 +46,19 @@ from typing import Any
 from jobledger.config.settings import Settings
 from jobledger.domain.jobs import JobStatus, NewJob
 from jobledger.engine import Engine
-from jobledger.projections.audit import export_log, verify_log
+from jobledger.projections.audit import verify_log
 from jobledger.projections.replay import replay
 from jobledger.storage.port import Store, native_handle
-from jobledger.storage.rows import job_to_dict
 from jobledger.storage.urls import open_store
 from tests.chaos import app as chaos_app
-from tests.chaos.checks import analyse, read_trails
+from tests.chaos.checks import analyse, check_offsets, read_trails
+from tests.chaos.evidence import keep_evidence
 from tests.chaos.faults import APP, WORKER_APP_NAME, Faults
+from tests.chaos.proxy import broker_behind_proxy
 from tests.chaos.record import Delivered, Recorder, create_topics
 from tests.chaos.summary import FaultHit, Summary
 from tests.integration.test_multiprocess_lanes import Workers
 from tests.private_pg import PrivateCluster, private_cluster
-from tests.tansu import Tansu
 
 logger = logging.getLogger("jobledger.chaos")
 
@@ -99,6 +99,8 @@ class Config:
     hangs: int = 2
     hang_s: float = 4.0  # longer than the 2 s Kafka request timeout
     broker_restarts: int = 1
+    outages: int = 1  # the broker refusing connections while workers run (the proxy)
+    outage_s: float = 5.0  # past the 1 s connect and 2 s request timeouts
     pg_restart: bool = False
     drain_timeout_s: float = 120.0
     seed: int = 7
@@ -249,80 +251,23 @@ def recovery_times(hits: list[FaultHit], records: list[Delivered]) -> list[float
     return out
 
 
-def check_offsets(summary: Summary, recorder: Recorder) -> None:
-    """Fail closed on an offset the recorder skipped and could not read again."""
-    gaps = recorder.gaps()
-    summary.offsets_unread = len(gaps)
-    summary.offsets_reread = recorder.holes_filled
-    for gap in gaps:
-        summary.problem(f"recorder: {gap}")
-
-
-async def keep_evidence(
-    summary: Summary,
-    store: Store,
-    recorder: Recorder,
-    faults: Faults,
-    cluster: PrivateCluster | None,
-    database: str,
-    config: Config,
-) -> None:
-    """Write what a failed run saw into <workdir>/evidence before the store goes away."""
-    folder = config.workdir / "evidence"
-    folder.mkdir(exist_ok=True)
-    summary.evidence = str(folder)
-    (folder / "summary.txt").write_text(summary.table() + "\n")  # first: whatever follows
-    with (folder / "records.jsonl").open("w") as out:
-        for r in recorder.records:
-            out.write(json.dumps(dataclasses.asdict(r), default=str) + "\n")
-    with (folder / "faults.jsonl").open("w") as out:
-        for hit in faults.hits:
-            pods = sorted(hit.pods) if hit.pods is not None else None
-            out.write(json.dumps({**dataclasses.asdict(hit), "pods": pods}, default=str) + "\n")
-    try:
-        with (folder / "events.jsonl").open("w") as out:
-            await export_log(store, out)
-        with (folder / "jobs.jsonl").open("w") as out:
-            for job in await store.all_jobs():
-                out.write(json.dumps(job_to_dict(job), default=str) + "\n")
-    except Exception as exc:
-        summary.problem(f"evidence: reading the store failed ({exc!r})")
-    if cluster is not None:
-        dump = subprocess.run(
-            [
-                str(cluster.bin_dir / "pg_dump"),
-                "-d",
-                cluster.url(database),
-                "-f",
-                str(folder / "db.sql"),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if dump.returncode != 0:
-            summary.problem(f"evidence: pg_dump failed: {dump.stderr.strip()[:200]}")
-    (folder / "summary.txt").write_text(summary.table() + "\n")
-    print(f"chaos run FAILED: evidence kept in {folder}", flush=True)
-
-
 async def _run(
     config: Config, summary: Summary, url: str, cluster: PrivateCluster | None, database: str
 ) -> None:
     slots_file = config.workdir / "slots.jsonl"
-    async with Tansu.running(config.workdir) as broker:
-        await create_topics(broker.bootstrap)
+    async with broker_behind_proxy(config.workdir) as (broker, proxy):
+        await create_topics(proxy.bootstrap)
         worker_url = (
             url + f"?application_name={WORKER_APP_NAME}" if config.kind == "postgres" else url
         )
         workers = Workers(worker_url, config.workdir / "unused.jsonl", 0.0)
-        workers.env.update(worker_env(broker.bootstrap, slots_file))
+        workers.env.update(worker_env(proxy.bootstrap, slots_file))
         store = open_store(url)
         await store.open()
-        engine = Engine(store, settings=Settings(kafka_bootstrap=broker.bootstrap))
+        engine = Engine(store, settings=Settings(kafka_bootstrap=proxy.bootstrap))
         chaos_app.setup(engine)
-        recorder = Recorder(broker.bootstrap)
-        faults = Faults(config, workers, broker, recorder, cluster, database, summary)
+        recorder = Recorder(proxy.bootstrap)
+        faults = Faults(config, workers, broker, recorder, cluster, database, summary, proxy)
         driver: asyncio.Task[float] | None = None
         try:
             await create_business_table(store)
@@ -384,7 +329,9 @@ async def _run(
                         proc.send_signal(signal.SIGCONT)
             workers.stop_all()
             if not summary.ok:
-                await keep_evidence(summary, store, recorder, faults, cluster, database, config)
+                await keep_evidence(
+                    summary, store, recorder, faults, cluster, database, config.workdir
+                )
             await recorder.stop()
             await store.close()
 

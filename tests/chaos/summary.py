@@ -46,6 +46,9 @@ class Summary:
     pg_restarts: int = 0
     broker_hangs: int = 0
     broker_restarts: int = 0
+    broker_outages: int = 0  # the proxy refused connections while workers ran
+    outage_connections_cut: int = 0
+    outage_connects_refused: int = 0  # probes from outside the proxy, all refused
     driver_retries: int = 0  # business transactions that failed and were retried
     lost: int = 0
     amo_duplicates: int = 0
@@ -99,6 +102,7 @@ class Summary:
             if self.recovery_s
             else "-"
         )
+        outages = f"{self.outage_connections_cut} / {self.outage_connects_refused}"
         rows = [
             ("store", self.kind),
             ("jobs (committed business rows)", self.jobs),
@@ -119,6 +123,8 @@ class Summary:
             ("PostgreSQL restarts (private cluster)", self.pg_restarts),
             ("broker hangs (SIGSTOP/SIGCONT)", self.broker_hangs),
             ("broker kill + restart", self.broker_restarts),
+            ("broker outages (proxy refusing, workers live)", self.broker_outages),
+            ("connections cut / connects refused in outages", outages),
             ("driver transactions retried", self.driver_retries),
             ("lost", self.lost),
             ("at-most-once duplicates", self.amo_duplicates),

@@ -1,6 +1,7 @@
 """The short chaos run: ~5,000 jobs on real workers, a real broker and a real store while
-workers are SIGKILLed, backends terminated, the broker hung and restarted (and, in the
-PostgreSQL run, the run's private PostgreSQL cluster restarted once). The SQLite run is
+workers are SIGKILLed, backends terminated, the broker hung, away while the workers run
+(the proxy in front of it refusing connections) and restarted (and, in the PostgreSQL
+run, the run's private PostgreSQL cluster restarted once). The SQLite run is
 a hot-keys workload (8 keys), so consecutive versions of a key are often in flight
 together and the order check of every delivery has something to catch.
 tests/chaos/harness.py does the work; the long form is `python bench/chaos.py`
@@ -32,6 +33,7 @@ async def test_chaos_postgres_with_a_restart(tmp_path: Path) -> None:
     assert summary.ok, summary.table()
     assert summary.jobs == 5000 and summary.enqueued == 5000
     assert summary.kills >= 8 and summary.broker_restarts == 1 and summary.broker_hangs == 2
+    assert summary.broker_outages == 1  # connections cut, every connect tried refused
     assert summary.pg_restarts == 1 and summary.pg_terminations >= 5
     assert summary.pg_connections_killed >= summary.pg_terminations  # each round killed some
     # Every minute slot inside the run's window is checked (exactly one job, closed);
@@ -47,4 +49,5 @@ async def test_chaos_sqlite(tmp_path: Path) -> None:
     assert summary.ok, summary.table()
     assert summary.jobs == 5000 and summary.enqueued == 5000
     assert summary.kills >= 7 and summary.broker_restarts == 1 and summary.broker_hangs == 2
+    assert summary.broker_outages == 1  # connections cut, every connect tried refused
     assert summary.versions_in_flight_together > 100  # the hot keys gave the check work

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.chaos.app import AMO_TOPIC
-from tests.chaos.harness import check_offsets
+from tests.chaos.checks import check_offsets
 from tests.chaos.offsets import MAX_REREADS, PartitionRead
 from tests.chaos.record import Recorder, create_topics
 from tests.chaos.summary import Summary

