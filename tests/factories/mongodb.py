@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -74,7 +75,13 @@ def _start_container() -> str | None:
     container.with_exposed_ports(27017).start()
     atexit.register(container.stop)
     wait_for_logs(container, "Waiting for connections")
-    container.exec(["mongosh", "--quiet", "--eval", "rs.initiate()"])
+    initiate = 'rs.initiate({_id: "rs0", members: [{_id: 0, host: "localhost:27017"}]})'
+    container.exec(["mongosh", "--quiet", "--eval", initiate])
+    for _ in range(120):  # the first test must not meet NotWritablePrimary
+        done = container.exec(["mongosh", "--quiet", "--eval", "db.hello().isWritablePrimary"])
+        if done.output.strip() == b"true":
+            break
+        time.sleep(0.5)
     host, port = container.get_container_host_ip(), container.get_exposed_port(27017)
     return f"mongodb://{host}:{port}/?replicaSet=rs0&directConnection=true"
 
