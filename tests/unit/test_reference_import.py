@@ -6,6 +6,7 @@ import io
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import bson
@@ -13,6 +14,7 @@ import pytest
 from bson import Binary, Code, DBRef, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 from bson.datetime_ms import DatetimeMS
 
+from jobledger.cli import main
 from jobledger.cli.import_reference import import_rows
 from jobledger.cli.progress import CLEAR, Progress
 from jobledger.domain import jobs
@@ -319,3 +321,13 @@ async def test_progress_on_a_terminal_counts_rows_and_prints_errors_above_it(
     assert "import-reference [" in text and "6/6 rows" in text
     assert CLEAR + "row 6632f1a0c2b5e4a1d3f09b01: missing field 'dedupe_key'\n" in text
     assert (counts.imported, counts.errors) == (0, 4)  # a dry run writes nothing
+
+
+def test_a_source_url_without_a_database_is_one_line_before_any_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = f"sqlite:///{tmp_path / 'target.db'}"
+    code = main(["--store", store, "import-reference", "--from", "mongodb://127.0.0.1:9/"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "the --from URL names no database" in err and "--db" in err

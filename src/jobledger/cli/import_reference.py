@@ -110,7 +110,7 @@ async def _flush(store: Store, batch: list[Change], counts: Counts, dry_run: boo
 async def _run(args: argparse.Namespace) -> int:
     try:
         from pymongo import AsyncMongoClient
-        from pymongo.errors import PyMongoError
+        from pymongo.errors import ConfigurationError, PyMongoError
     except ModuleNotFoundError as exc:
         raise ConfigError(
             "import-reference reads MongoDB: install it with: pip install 'jobledger[mongo]'"
@@ -124,16 +124,21 @@ async def _run(args: argparse.Namespace) -> int:
         args.source, serverSelectionTimeoutMS=REACH_TIMEOUT_MS
     )
     try:
+        source = (
+            client.get_database(args.db, codec_options=SOURCE_CODEC)
+            if args.db
+            else client.get_default_database(codec_options=SOURCE_CODEC)
+        )
         await client.admin.command("ping")
+    except ConfigurationError as exc:  # before any I/O: the URL names no database
+        await client.close()
+        raise ConfigError(
+            "the --from URL names no database: add it (mongodb://host/tms) or pass --db"
+        ) from exc
     except PyMongoError as exc:
         await client.close()
         first = str(exc).split(", Timeout:")[0].splitlines()[0]
         raise ConfigError(f"cannot reach the reference MongoDB (--from): {first}") from exc
-    source = (
-        client.get_database(args.db, codec_options=SOURCE_CODEC)
-        if args.db
-        else client.get_default_database(codec_options=SOURCE_CODEC)
-    )
     collection = source[args.collection]
     await store.open()
     try:
