@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "reactors": {"config", "core", "domain", "observability", "storage"},
     "targets": {"config", "core", "domain", "observability", "storage"},
     "http": {"admin", "config", "core", "domain", "observability", "projections", "storage"},
+    "integrations": {"core", "domain", "engine", "storage"},
 }
 
 

@@ -1,0 +1,46 @@
+"""Enqueue inside a Django transaction (docs/sync-callers.md).
+
+    with transaction.atomic():
+        user = User.objects.create(name="ada")
+        jobs.enqueue(app, "mail:welcome", {"user": user.pk})
+
+The job is written with the Django connection's driver connection (`sqlite3`, or
+psycopg 3 for the PostgreSQL backend) by `jobledger.integrations.sync`, inside the
+`atomic()` block, so it commits and rolls back with it (a savepoint of an inner block
+included). Outside any `atomic()` block the enqueue is its own transaction, as a
+`save()` is in Django's autocommit mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, transaction
+
+from jobledger.domain.jobs import NewJob
+from jobledger.engine import Engine, Enqueued
+from jobledger.integrations import sync
+
+
+def enqueue(
+    app: sync.HasEngine | Engine,
+    target: str,
+    payload: Any = None,
+    *,
+    using: str = "default",
+    **options: Any,
+) -> Enqueued:
+    """`sync.enqueue` on Django's connection `using` (options as `App.enqueue`)."""
+    return enqueue_many(app, [NewJob(target, payload, **options)], using=using)[0]
+
+
+def enqueue_many(
+    app: sync.HasEngine | Engine, items: Sequence[NewJob], *, using: str = "default"
+) -> list[Enqueued]:
+    connection = connections[using]
+    if connection.in_atomic_block:
+        connection.ensure_connection()
+        return sync.enqueue_many(app, connection.connection, items)
+    with transaction.atomic(using=using):
+        return sync.enqueue_many(app, connection.connection, items)

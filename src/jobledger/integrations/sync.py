@@ -1,0 +1,121 @@
+"""Sync enqueue on the caller's own connection: `sqlite3.Connection` or psycopg
+`Connection` (docs/sync-callers.md).
+
+    with sqlite3.connect("shop.db") as conn:          # the caller's transaction
+        conn.execute("INSERT INTO users VALUES (?)", ("ada",))
+        job = sync.enqueue(app, conn, "mail:welcome", {"user": 1})
+
+The job is validated and built exactly as `await app.enqueue(...)` does it
+(`Engine.plan_enqueue` / `settle_enqueue`: the same input rules, dedupe, ids and
+results) and written with the store's own row encoding on the caller's connection,
+inside the caller's transaction; nothing here opens, commits or rolls back a
+transaction. The workers learn of the commit as of any other connection's: PostgreSQL's
+NOTIFY goes out with the commit, SQLite workers see `PRAGMA data_version` move on their
+next watch tick (25 ms). The connection must reach the app's store: the same SQLite
+file, the same PostgreSQL database (the store's schema is named in every statement).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from jobledger.domain.errors import ConfigError, InvalidArgument
+from jobledger.domain.jobs import Change, NewJob
+from jobledger.engine import Engine, Enqueued
+from jobledger.storage.port import Store
+from jobledger.storage.sqlite import SqliteStore
+from jobledger.storage.sqlite.writes import append_on, dedupe_holders_on
+
+Append = Callable[[Sequence[Change]], list[bool]]
+Holders = Callable[[Sequence[str]], dict[str, str]]
+
+
+class HasEngine(Protocol):
+    """`jobledger.App` (or anything with the `engine` it enqueues through)."""
+
+    @property
+    def engine(self) -> Any: ...
+
+
+def enqueue(
+    app: HasEngine | Engine, conn: Any, target: str, payload: Any = None, **options: Any
+) -> Enqueued:
+    """Append one job inside `conn`'s transaction; options as `App.enqueue` (code, key,
+    version, dedupe_key, headers, run_at). A dedupe hit returns the holder's id."""
+    return enqueue_many(app, conn, [NewJob(target, payload, **options)])[0]
+
+
+def enqueue_many(app: HasEngine | Engine, conn: Any, items: Sequence[NewJob]) -> list[Enqueued]:
+    """`Engine.enqueue_many`, sync, on the caller's `sqlite3.Connection` or psycopg
+    `Connection`. Every item is checked before anything is written."""
+    engine = app if isinstance(app, Engine) else app.engine
+    append, holders = writer_for(engine.store, conn)
+    plan = engine.plan_enqueue(items, tx=conn)
+    flags = append(plan.changes) if plan.changes else []
+    lost = plan.lost_keys(flags)
+    return engine.settle_enqueue(plan, flags, holders(lost) if lost else {}, tx=conn)
+
+
+def writer_for(store: Store, conn: Any) -> tuple[Append, Holders]:
+    """The store's write path and dedupe lookup on `conn`, once `conn` is known to
+    reach `store` (raises TypeError or ConfigError naming the mismatch)."""
+    if isinstance(conn, sqlite3.Connection):
+        if not isinstance(store, SqliteStore):
+            raise ConfigError(f"a sqlite3 connection cannot enqueue into the {store.name} store")
+        return _sqlite_writer(store, conn)
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(conn, psycopg.Connection):
+        return _postgres_writer(store, conn)
+    if psycopg is not None and isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError("an async connection: use `await app.enqueue(..., tx=conn)`")
+    raise TypeError(
+        f"sync enqueue takes a sqlite3.Connection or a psycopg Connection, not"
+        f" {type(conn).__name__} (SQLAlchemy and Django: jobledger.integrations.sqlalchemy"
+        " and .django)"
+    )
+
+
+def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> tuple[Append, Holders]:
+    main = next(row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main")
+    if not main or os.path.realpath(main) != os.path.realpath(store.path):
+        raise ConfigError(
+            f"this connection is to {main or 'an in-memory database'!r}, the store's file is"
+            f" {store.path!r}: a job commits with your rows only in the same database"
+        )
+    if getattr(conn, "autocommit", None) is True:  # Python 3.12's autocommit=True
+        raise InvalidArgument("enqueue needs a connection inside a transaction, not autocommit")
+
+    def append(changes: Sequence[Change]) -> list[bool]:
+        try:
+            return append_on(conn, changes)
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            raise ConfigError(
+                f"{store.path} has no jobledger tables: run `jobledger migrate` (or start a"
+                " worker once) against it"
+            ) from exc
+
+    def holders(keys: Sequence[str]) -> dict[str, str]:
+        cursor = conn.cursor()
+        cursor.row_factory = None
+        return dedupe_holders_on(cursor, keys)
+
+    return append, holders
+
+
+def _postgres_writer(store: Store, conn: Any) -> tuple[Append, Holders]:
+    from jobledger.storage.postgres import PostgresStore
+    from jobledger.storage.postgres.sync_writes import append_sync, holders_sync
+
+    if not isinstance(store, PostgresStore):
+        raise ConfigError(f"a psycopg connection cannot enqueue into the {store.name} store")
+    sql = store.sql
+    return (
+        lambda changes: append_sync(conn, sql, changes),
+        lambda keys: holders_sync(conn, sql, keys),
+    )

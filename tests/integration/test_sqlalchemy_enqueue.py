@@ -1,0 +1,126 @@
+"""`jobledger.integrations.sqlalchemy` against the real SQLAlchemy (sync), on SQLite
+(pysqlite) and PostgreSQL (psycopg 3), with a running pod (issue 20 item 4)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import String, create_engine, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from jobledger.domain.errors import InvalidPayload, UnknownTarget
+from jobledger.engine import Enqueued
+from jobledger.integrations import sqlalchemy as jobs
+from tests.integration.sync_kit import FAST, LONG, SyncKit, running
+
+
+class Boom(Exception):
+    pass
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(40))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def kit(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SyncKit]:
+    async with running(request.param, tmp_path) as started:
+        yield started
+
+
+@pytest.fixture
+def db(kit: SyncKit) -> Iterator[Engine]:
+    """A SQLAlchemy engine on the kit's database; `users` mapped into its table."""
+    schema = kit.table.rpartition(".")[0].strip('"') or None
+    options = {"schema_translate_map": {None: schema}} if schema else {}
+    engine = create_engine(kit.url, execution_options=options)
+    with engine.begin() as conn:
+        conn.execute(text(f"ALTER TABLE {kit.table} ADD COLUMN id integer"))
+    yield engine
+    engine.dispose()
+
+
+async def test_a_session_commit_delivers_the_job_and_a_rollback_leaves_nothing(
+    kit: SyncKit, db: Engine
+) -> None:
+    def rolled_back() -> None:
+        with Session(db) as session, session.begin():
+            session.add(User(id=1, name="bob"))
+            session.flush()
+            assert jobs.enqueue(kit.app, session, LONG, {"user": 1}).inserted
+            raise Boom
+
+    with pytest.raises(Boom):
+        await asyncio.to_thread(rolled_back)
+    assert await kit.app.pod.store.read_log(0, limit=10) == [] and kit.users() == []
+
+    def committed() -> Enqueued:
+        with Session(db) as session, session.begin():
+            session.add(User(id=2, name="ada"))
+            return jobs.enqueue(kit.app, session, LONG, {"user": 2}, dedupe_key="user:2")
+
+    job = await asyncio.to_thread(committed)
+    assert job.job_id is not None
+    await kit.app.wait_done(job.job_id, timeout_s=10)
+    assert kit.delivered == [{"user": 2}] and kit.users() == ["ada"]
+    again = await asyncio.to_thread(committed_again, kit, db)
+    assert (again.inserted, again.job_id) == (False, job.job_id)
+
+
+def committed_again(kit: SyncKit, db: Engine) -> Enqueued:
+    with Session(db) as session:  # commit() by hand, no begin(): the session autobegins
+        result = jobs.enqueue(kit.app, session, LONG, {"user": 2}, dedupe_key="user:2")
+        session.commit()
+    return result
+
+
+async def test_a_connection_commits_and_rolls_back_the_job_with_its_own_rows(
+    kit: SyncKit, db: Engine
+) -> None:
+    def work() -> Enqueued:
+        with db.connect() as conn:  # the job first: enqueue begins the transaction
+            kept = jobs.enqueue(kit.app, conn, FAST, {"n": 1})
+            conn.execute(text(f"INSERT INTO {kit.table} (id, name) VALUES (1, 'kept')"))
+            conn.commit()
+            jobs.enqueue(kit.app, conn, FAST, {"n": 2})
+            conn.execute(text(f"INSERT INTO {kit.table} (id, name) VALUES (2, 'gone')"))
+            conn.rollback()
+        return kept
+
+    kept = await asyncio.to_thread(work)
+    assert kept.job_id is not None
+    await kit.app.wait_done(kept.job_id, timeout_s=10)
+    assert kit.delivered == [{"n": 1}] and kit.users() == ["kept"]
+    enqueued = [e for e in await kit.app.pod.store.read_log(0, limit=20) if e.type == "JobEnqueued"]
+    assert [e.stream for e in enqueued] == [f"job:{kept.job_id}"]
+
+
+async def test_bad_input_raises_before_any_write_and_the_session_goes_on(
+    kit: SyncKit, db: Engine
+) -> None:
+    def work() -> None:
+        with Session(db) as session, session.begin():
+            with pytest.raises(UnknownTarget):
+                jobs.enqueue(kit.app, session, "nope", {})
+            with pytest.raises(InvalidPayload, match="not JSON"):
+                jobs.enqueue(kit.app, session, FAST, {"x": object()})
+            session.add(User(id=3, name="still mine"))
+
+    await asyncio.to_thread(work)
+    assert kit.users() == ["still mine"]
+    assert await kit.app.pod.store.read_log(0, limit=10) == []
+
+
+def test_anything_but_a_session_or_a_connection_is_refused() -> None:
+    with pytest.raises(TypeError, match="Session or Connection"):
+        jobs.driver_connection(object())  # type: ignore[arg-type]
