@@ -97,6 +97,9 @@ async def make_store(tmp_path: Path, partitions: int = 64) -> AsyncIterator[Stor
     _current["database"] = database
     store = MongoStore(uri, partitions=partitions, database=database)
     await store.open()
+    # the business module's collection exists before any transaction writes to it:
+    # transactions that each create it implicitly would conflict on the catalog
+    await store.db.create_collection("business")
     try:
         yield store
     finally:

@@ -156,6 +156,7 @@ async def test_20_business_transactions_enqueue_while_a_lane_commits(
     engine.targets.register(FAST, "fast", recorder, delivery_mode=DeliveryMode.AT_MOST_ONCE)
     runtime = pod(engine, "pod-a")
     await runtime.leases.start()
+    assert "business" in await mongo.db.list_collection_names()  # made by the factory
     keys = keys_in(P, 420)
     backlog, business_keys = keys[:400], keys[400:]
     await enqueue(engine, FAST, [{"payload": k, "key": k} for k in backlog])
