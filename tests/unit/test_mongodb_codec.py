@@ -96,6 +96,7 @@ def _sent_by_builder() -> dict[str, list[Any]]:
         "stream_query": [b.stream_query("job:x")],
         "events_at_query": [b.events_at_query([("job:x", 1), ("job:y", 2)])],
         "read_log_query": [b.read_log_query(1, 9)],
+        "log_newest_query": [b.log_newest_query(None), b.log_newest_query(12)],
         "pending_query": [b.pending_query()],
         "position_update": [b.position_update("job:x/1", 3)],
         "step_start": [b.step_start()],

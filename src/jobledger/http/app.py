@@ -23,7 +23,7 @@ from jobledger.domain.errors import JobledgerError
 from jobledger.http import openapi
 from jobledger.http.auth import ApiKeys, Authenticator
 from jobledger.http.errors import ApiError, CatchAll, api_error, domain_error, http_error
-from jobledger.http.routes import bulk, feed, health, jobs, page, schedules, views
+from jobledger.http.routes import bulk, feed, finished, health, jobs, page, schedules, views
 from jobledger.http.security import BodyLimit, SecureHeaders
 from jobledger.http.services import Services
 from jobledger.http.session import FailureLimiter, SigninTokens
@@ -94,6 +94,7 @@ def create_app(
         routes=[
             *jobs.routes(),
             *bulk.routes(),
+            *finished.routes(),
             *schedules.routes(),
             *feed.routes(),
             *views.api_routes(),

@@ -7,8 +7,9 @@ from typing import Any
 
 from jobledger.admin import BULK_LIMIT
 from jobledger.domain.jobs import JobStatus
+from jobledger.http.finished import FINISHED_STATUSES, SCAN_LIMIT
 from jobledger.http.listing import COUNT_CAP
-from jobledger.http.openapi import PREFIX, _op, _query, _ref
+from jobledger.http.openapi import JOB_PROPS, PREFIX, _op, _query, _ref
 
 _ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 _NID = {"type": ["string", "null"], "pattern": "^[0-9a-f]{32}$"}
@@ -16,7 +17,42 @@ _NID = {"type": ["string", "null"], "pattern": "^[0-9a-f]{32}$"}
 
 _COUNT = {"type": "integer", "minimum": 0}
 
+_NSTR = {"type": ["string", "null"]}
+
 SCHEMAS: dict[str, Any] = {
+    "FinishedJob": {
+        "type": "object",
+        "properties": {
+            **JOB_PROPS,
+            "status": {"type": "string", "enum": FINISHED_STATUSES},
+            "ended": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string"},
+                    "position": {"type": ["integer", "null"]},
+                    "at": {"type": "string", "format": "date-time"},
+                    "actor": _ref("Actor"),
+                    "reason": _NSTR,
+                },
+                "required": ["type", "position", "at", "actor", "reason"],
+            },
+        },
+        "required": [*JOB_PROPS, "ended"],
+        "additionalProperties": False,
+    },
+    "FinishedPage": {
+        "type": "object",
+        "properties": {
+            "data": {"type": "array", "items": _ref("FinishedJob")},
+            "next": {
+                "type": ["integer", "null"],
+                "description": "pass as `before` to read on; null: the log's start",
+            },
+            "scanned": {**_COUNT, "description": "log events this call read"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+        },
+        "required": ["data", "next", "scanned", "limit"],
+    },
     "BulkResult": {
         "type": "object",
         "properties": {
@@ -96,8 +132,45 @@ BULK_PARAMS = [
 ]
 
 
+FINISHED_PARAMS = [
+    _query("status", {"type": "string", "enum": FINISHED_STATUSES}, "how it ended"),
+    *FILTERS[1:],
+    _query("id", {"type": "string"}, "one job by id (a search, not a scan)"),
+    _query("dedupe_key", {"type": "string"}, "one job by dedupe key (a search)"),
+    _query(
+        "before",
+        {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+        "log position to read back from: a page's `next`",
+    ),
+    _query(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
+        "rows per page",
+    ),
+]
+
+
+def finished_path() -> dict[str, Any]:
+    return {
+        f"{PREFIX}/finished": {
+            "get": _op(
+                "Jobs that left the queue (SUCCEEDED, SKIPPED, CANCELLED, EXPIRED), newest first",
+                _ref("FinishedPage"),
+                errors=(400,),
+                tag="jobs",
+                params=FINISHED_PARAMS,
+                description="Read back from the log while it keeps them (log retention):"
+                f" at most {SCAN_LIMIT} events per call, so a rare filter may answer fewer"
+                " rows than `limit` with a `next` to read on. Each row is the job as it was"
+                " before it ended, `closed_at` when it ended, `ended` the closing event.",
+            )
+        }
+    }
+
+
 def paths() -> dict[str, Any]:
-    """The bulk routes: every DEAD job matching the filters, each its own event."""
+    """The bulk routes (every DEAD job matching the filters, each its own event) and
+    the finished jobs."""
     what = {
         "retry": "DEAD → PENDING (JobRetried)",
         "skip": "DEAD → gone (JobSkipped, reason admin)",
@@ -116,4 +189,4 @@ def paths() -> dict[str, Any]:
             )
         }
         for action, summary in what.items()
-    }
+    } | finished_path()

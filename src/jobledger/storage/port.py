@@ -303,6 +303,14 @@ class Store(abc.ABC):
         late-committing transaction (field notes §9).
         """
 
+    @abc.abstractmethod
+    async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
+        """The `limit` events with a position smaller than `before` (None: from the
+        newest), newest first, by the position index: the admin's browse of finished
+        jobs pages back through the log with it. Unlike `read_log` it may show an event
+        while a smaller position is still to commit: fine for a browse, not for a
+        projection."""
+
     # --- log retention (the archive) ------------------------------------------------------
     @abc.abstractmethod
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:

@@ -25,7 +25,10 @@ def job_filter(request: Request) -> JobFilter:
     query = request.query_params
     status = query.get("status")
     if status is not None and status not in STATUSES:
-        raise ValidationFailed(f"status must be one of the following values: {', '.join(STATUSES)}")
+        raise ValidationFailed(
+            f"status must be one of the following values: {', '.join(STATUSES)}"
+            " (jobs that left the queue: GET /api/v1/finished)"
+        )
     return JobFilter(
         status=JobStatus(status) if status is not None else None,
         target=query.get("target"),

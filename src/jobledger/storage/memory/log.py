@@ -39,6 +39,12 @@ class MemoryLog:
         start = bisect.bisect_right(self.log, after, key=_position)
         return self.log[start : start + limit]
 
+    async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
+        end = (
+            len(self.log) if before is None else bisect.bisect_left(self.log, before, key=_position)
+        )
+        return self.log[max(end - limit, 0) : end][::-1]
+
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         newest: dict[str, datetime] = {}
         for event in self.log:

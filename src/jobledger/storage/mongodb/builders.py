@@ -136,6 +136,13 @@ def read_log_query(after: int, high_water: int) -> tuple[Doc, list[tuple[str, in
     return {"position": {"$gt": after, "$lte": high_water}}, [("position", 1)]
 
 
+def log_newest_query(before: int | None) -> tuple[Doc, list[tuple[str, int]]]:
+    """Positioned events below `before`, newest first (the `position` index); events
+    still waiting for their position are left out."""
+    bound = before if before is not None else 2**63 - 1
+    return {"position": {"$lt": bound}}, [("position", -1)]
+
+
 def stream_query(stream: str) -> Doc:
     return {"stream": stream}
 

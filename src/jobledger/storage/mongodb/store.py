@@ -328,6 +328,11 @@ class MongoStore(Store):
         cursor = majority(self.db.events).find(query).sort(sort).limit(limit)
         return [b.event_from_doc(d) async for d in cursor]
 
+    async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
+        query, sort = b.log_newest_query(before)
+        cursor = majority(self.db.events).find(query).sort(sort).limit(limit)
+        return [b.event_from_doc(d) async for d in cursor]
+
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         pipeline = b.closed_streams_pipeline(before, limit)
         cursor = await majority(self.db.events).aggregate(pipeline, allowDiskUse=True)

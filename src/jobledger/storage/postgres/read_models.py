@@ -137,6 +137,14 @@ class ReadModels(PgBase):
                 rows = await cur.fetchall()
         return [event_from_dict(r) for r in rows]
 
+    async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
+        rows = await self._rows(
+            f"SELECT {statements.EVENT_COLUMNS} FROM {self.s}.events WHERE position < %s"
+            " ORDER BY position DESC LIMIT %s",
+            (before if before is not None else 2**63 - 1, limit),
+        )
+        return [event_from_dict(r) for r in rows]
+
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         rows = await self._rows(
             f"SELECT e.stream FROM {self.s}.events e WHERE e.stream LIKE 'job:%%'"

@@ -138,6 +138,17 @@ class ReadModels(SqliteBase):
 
         return await self._read(work)
 
+    async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
+        sql = f"{EVENT_SELECT} WHERE position < ? ORDER BY position DESC LIMIT ?"
+        bound = before if before is not None else 2**63 - 1
+
+        def work(conn: sqlite3.Connection) -> list[Event]:
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            return [decode_event(r) for r in cursor.execute(sql, (bound, limit))]
+
+        return await self._read(work)
+
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         sql = (
             "SELECT stream FROM events WHERE stream LIKE 'job:%' GROUP BY stream"
