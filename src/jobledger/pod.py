@@ -26,6 +26,7 @@ import logging
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jobledger.admin import JobAdmin
@@ -68,9 +69,15 @@ class Pod:
                 clock=self.engine.clock,
                 jobs=JobAdmin(self.store, self.engine.clock),
                 schedules=self.scheduler,
+                paused=self.paused_targets,
             )
             self._http = create_app(services, ApiKeys(self.keys))
         return self._http
+
+    def paused_targets(self) -> dict[str, datetime] | None:
+        """Targets paused on this pod's worker and since when; None when it runs none."""
+        runtime = self.runtime
+        return runtime.pauses.paused() if runtime.started and runtime.workers_on else None
 
     def target(self, name: str, lane: str = "fast", **options: Any) -> Callable[[Any], Any]:
         """`@pod.target("mail:welcome", "long", delivery_mode="at_least_once")` registers

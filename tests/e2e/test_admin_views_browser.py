@@ -13,10 +13,11 @@ import httpx
 
 from jobledger.engine import Engine
 from jobledger.storage.sqlite import SqliteStore
-from tests.e2e.app_setup import FLAKY, register_targets
+from tests.e2e.app_setup import FLAKY, OK
 from tests.e2e.cdp import Browser, Page
 from tests.e2e.procs import jobledger
 from tests.e2e.test_admin_page_browser import ARTIFACTS, _need_chromium
+from tests.e2e.views_setup import DOWN, register_targets
 
 ADMIN_KEY = "e2e-admin-key-789"
 VIEWER_KEY = "e2e-viewer-key-012"
@@ -62,6 +63,10 @@ async def _seed(path: Path) -> list[str]:
                 )
             assert done.job_id
             ids.append(done.job_id)
+        for target, count in ((OK, 5), (DOWN, 2)):
+            for n in range(count):
+                async with engine.transaction() as tx:
+                    await engine.enqueue(target, {"n": n}, tx=tx)
     finally:
         await store.close()
     return ids
@@ -74,6 +79,16 @@ def _wait_dead(http: httpx.Client, count: int) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("the flaky jobs did not go DEAD")
+
+
+def _wait_paused(http: httpx.Client) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        body = http.get("/api/v1/dashboard").json()
+        if any(row["paused_since"] for row in body["targets"]) and body["totals"]["succeeded"] >= 5:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{DOWN} was not paused or the ok jobs did not succeed")
 
 
 def _sign_in(page: Page, base: str, key: str) -> None:
@@ -91,7 +106,9 @@ def test_operator_views_in_chromium(tmp_path: Path) -> None:
         "JOBLEDGER_STORE": f"sqlite:///{db}",
         "JOBLEDGER_API_KEYS": f"{ADMIN_KEY}:admin:alice,{VIEWER_KEY}:viewer:bob",
     }
-    with jobledger("serve", "--port", "0", "--setup", "tests.e2e.app_setup:setup", env=env) as proc:
+    with jobledger(
+        "serve", "--port", "0", "--setup", "tests.e2e.views_setup:setup", env=env
+    ) as proc:
         base = proc.wait_for(r"serving (http://127\.0\.0\.1:\d+)").group(1)
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
         browser = Browser()
@@ -127,6 +144,32 @@ def test_operator_views_in_chromium(tmp_path: Path) -> None:
                 "document.querySelector('.scroll').clientWidth"
             )
             page.screenshot(ARTIFACTS / "admin-history-wrap.png", full_page=False)
+
+            # the dashboard: tiles agree with the API, charts drawn with the stylesheet
+            _wait_paused(api)
+            page.goto(f"{base}/admin/dashboard")
+            numbers = api.get("/api/v1/dashboard").json()
+            assert page.text("[data-tile=dead] b") == str(numbers["queue"]["dead"]) == "2"
+            assert page.text("[data-tile=pending] b") == str(numbers["queue"]["pending"])
+            assert page.text("[data-tile=succeeded] b") == "5"
+            charts = page.js(
+                "[...document.querySelectorAll('svg.chart')].map(s => {"
+                " const r = s.getBoundingClientRect(); return [r.width, r.height]; })"
+            )
+            assert len(charts) == 2 and all(w > 300 and h > 100 for w, h in charts)
+            fill = page.js("getComputedStyle(document.querySelector('svg rect.s-dead')).fill")
+            assert fill == "rgb(214, 69, 69)"  # the stylesheet reaches the inline SVG
+            tips = page.js(
+                "[...document.querySelectorAll('#throughput-chart rect.hover title')]"
+                ".map(t => t.textContent)"
+            )
+            assert len(tips) == 60 and any("succeeded 5" in t or "dead 2" in t for t in tips)
+            assert DOWN in page.text("#paused") and "paused since" in page.text("#paused")
+            assert page.js(f"!!document.querySelector('tr[data-target=\"{DOWN}\"] .badge')")
+            page.screenshot(ARTIFACTS / "admin-dashboard.png")
+            page.click("#ranges a:nth-child(2)")
+            assert "range=24h" in page.js("location.search")
+            assert page.js("document.querySelectorAll('#throughput-chart rect.hover').length") == 24
 
             # a viewer reads why there are no buttons
             viewer = browser.new_page()

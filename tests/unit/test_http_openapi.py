@@ -131,6 +131,7 @@ _PAGES = [
     ("/admin/bulk/skip", "POST"),
     ("/admin/schedules/{code}/override", "POST"),
     ("/admin/api", "GET"),
+    ("/admin/dashboard", "GET"),
 ]
 _APP = _app()
 
@@ -149,6 +150,7 @@ _APP = _app()
                 "page",
                 "limit",
                 "hours",
+                "range",
                 "after",
                 "next",
                 "token",

@@ -226,7 +226,7 @@ def _path(name: str) -> dict[str, Any]:
 
 
 def document() -> dict[str, Any]:
-    from jobledger.http import openapi_jobs  # imported here: it builds on this module
+    from jobledger.http import openapi_jobs, openapi_views  # they build on this module
 
     job_id = [_path("id")]
     code = [_path("code")]
@@ -243,7 +243,7 @@ def document() -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {**SCHEMAS, **openapi_jobs.SCHEMAS},
+            "schemas": {**SCHEMAS, **openapi_jobs.SCHEMAS, **openapi_views.SCHEMAS},
         },
         "paths": {
             f"{PREFIX}/jobs": {
@@ -373,5 +373,6 @@ def document() -> dict[str, Any]:
                     ],
                 )
             },
+            **openapi_views.paths(),
         },
     }

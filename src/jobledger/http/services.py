@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from jobledger.admin import JobAdmin
@@ -30,3 +32,6 @@ class Services:
     clock: Clock
     jobs: JobAdmin
     schedules: ScheduleAdmin | None = None
+    #: the targets paused on this process's worker and since when (`PauseMap.paused`);
+    #: it answers None when no worker runs here
+    paused: Callable[[], Mapping[str, datetime] | None] | None = None

@@ -9,9 +9,9 @@ Counted from job events, by the time of each event (UTC):
 
 **Bounded state.** The checkpoint holds counters only: `open[target][code][status]`
 (PENDING, RUNNING, DEAD), hour buckets of the last `keep_hours` and minute buckets of
-the last `keep_minutes` (judged by event time against the newest bucket). Its size
-grows with the number of targets and codes, never with the number of jobs: no map per
-open job (issue 16 item 6, issue 19 item 2).
+the last `keep_minutes` (judged by event time against the newest bucket), and queue
+depth samples per target (`projections.depth`). Its size grows with the number of
+targets and codes, never with the number of jobs: no map per open job.
 
 Only a job's `JobEnqueued` (version 1) carries its target and code, and a transition's
 status *before* the event follows from the event just before it (each job event type
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import JobStatus
 from jobledger.domain.timeutil import at_ms, iso
+from jobledger.projections import depth
 from jobledger.projections.runner import ProjectionRunner
 from jobledger.storage.port import JobFilter, Store
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 STATS = "stats"
 #: the checkpoint's layout; a checkpoint of another layout is folded again from the start
-LAYOUT = 2
+LAYOUT = 3
 OUTCOMES: dict[str, str] = {
     EventType.JOB_SUCCEEDED: "succeeded",
     EventType.JOB_FAILED: "failed",
@@ -96,10 +97,11 @@ def _bucket_time(bucket: str) -> datetime:
 class StatsProjection:
     """A paged fold (see `projections.runner.PagedProjection`). State, plain JSON::
 
-    {"layout": 2,
+    {"layout": 3,
      "open": {target: {code: {"PENDING": 3, "RUNNING": 1, "DEAD": 2}}},
      "hours": {"2026-03-02T09:00Z": {target: {code: {"succeeded": 3, ...}}}},
-     "minutes": {"2026-03-02T09:41Z": {target: {"succeeded": 3, ...}}}}
+     "minutes": {"2026-03-02T09:41Z": {target: {"succeeded": 3, ...}}},
+     "depth": {"minutes": {...}, "hours": {...}}}   (see projections.depth)
     """
 
     name = STATS
@@ -109,7 +111,7 @@ class StatsProjection:
         self.keep_minutes = keep_minutes
 
     def initial(self) -> dict[str, Any]:
-        return {"layout": LAYOUT, "open": {}, "hours": {}, "minutes": {}}
+        return {"layout": LAYOUT, "open": {}, "hours": {}, "minutes": {}, **depth.initial()}
 
     def accepts(self, state: Any) -> bool:
         return isinstance(state, dict) and state.get("layout") == LAYOUT
@@ -161,6 +163,8 @@ class StatsProjection:
         if after != before and event.type != EventType.JOB_REDELIVERED:
             self._move(state["open"], target, code, before, after)
             job[2] = after
+            if target != UNKNOWN:
+                depth.record_depth(state, target, minute_of(event.at), hour_of(event.at))
         outcome = OUTCOMES.get(event.type)
         if outcome is None:
             return

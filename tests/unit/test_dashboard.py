@@ -1,0 +1,147 @@
+"""The dashboard's series (issue 19 item 7): queue depth samples folded by the stats
+projection equal the read model at the end of each minute, the series fill and filter
+as documented, the samples stay within their windows, and the HTTP route and page
+serve them (charts drawn as SVG on the server)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+from jobledger.core.clock import FakeClock
+from jobledger.http.dashboard import RANGES, depth_series, outcome_series
+from jobledger.projections import depth
+from jobledger.projections.stats import StatsProjection, catch_up_stats, hour_of, minute_of
+from jobledger.storage.memory import MemoryStore
+from jobledger.storage.port import Store
+from tests.contract.test_replay_workload import generate
+from tests.unit.http_helpers import ADMIN, ADMIN_KEY, VIEWER, client, world
+from tests.unit.test_http_page import login
+
+
+async def depth_now(store: Store) -> dict[str, list[int]]:
+    counts = Counter((j.target, j.status.value) for j in await store.all_jobs())
+    return {
+        target: [counts[(target, s)] for s in depth.STATUSES] for target in {t for t, _ in counts}
+    }
+
+
+async def test_depth_samples_equal_the_read_model_at_each_minute(
+    store: Store, clock: FakeClock
+) -> None:
+    seen: dict[str, dict[str, list[int]]] = {}
+
+    async def record(_round: int) -> None:  # each round's events are at clock.now()
+        seen[minute_of(clock.now())] = await depth_now(store)
+
+    await generate(store, clock, jobs_count=40, after_round=record)
+    clock.advance(minutes=1)  # the next jobs are enqueued after the minute recorded last
+    await generate(store, clock, jobs_count=16, first=40, after_round=record)
+    _, state = await catch_up_stats(store)
+    samples = state["depth"]["minutes"]
+    assert set(seen) <= set(samples)
+    for minute, expected in seen.items():
+        got = {t: v for t, v in samples[minute].items() if any(v)}
+        assert got == {t: v for t, v in expected.items() if any(v)}, minute
+    hours = state["depth"]["hours"]
+    assert hours[hour_of(clock.now())] == samples[max(samples)]
+    # the same samples whether folded in pages (with look-ups) or in one go
+    events = await store.read_log(0, limit=100_000)
+    projection = StatsProjection()
+    assert projection.apply_page(projection.initial(), events, {})["depth"] == state["depth"]
+
+
+def test_depth_samples_stay_within_their_windows() -> None:
+    state: dict[str, Any] = {"open": {}, **depth.initial()}
+    start = FakeClock().now()
+    for n in range(60 * 24 * 9):  # nine days, one status change a minute
+        at = start + timedelta(minutes=n)
+        state["open"] = {f"t{n % 3}": {"c": {"PENDING": n % 7 + 1}}}
+        depth.record_depth(state, f"t{n % 3}", minute_of(at), hour_of(at))
+    assert len(state["depth"]["minutes"]) == depth.KEEP_MINUTES
+    assert len(state["depth"]["hours"]) == depth.KEEP_HOURS
+    assert all(len(sample) <= 3 for sample in state["depth"]["minutes"].values())
+    # an event older than the newest sample counts toward the newest one
+    newest = max(state["depth"]["minutes"])
+    state["open"] = {"late": {"c": {"DEAD": 2}}}
+    depth.record_depth(state, "late", minute_of(start), hour_of(start))
+    assert state["depth"]["minutes"][newest]["late"] == [0, 0, 2]
+    assert minute_of(start) not in state["depth"]["minutes"]
+
+
+def test_depth_series_fills_forward_and_ends_at_now() -> None:
+    names = ["09:00", "09:01", "09:02", "09:03", "09:04"]
+    samples = {"09:01": {"a": [2, 0, 0], "b": [1, 1, 0]}, "09:03": {"a": [5, 0, 1]}}
+    series = depth_series(samples, names, None, [4, 0, 1])
+    assert series["pending"] == [None, 3, 3, 5, 4]  # b absent from 09:03: it had none
+    assert series["running"] == [None, 1, 1, 0, 0]
+    assert depth_series(samples, names, "b", [0, 0, 0])["pending"] == [None, 1, 1, 0, 0]
+    earlier = {"08:59": {"a": [7, 0, 0]}, **samples}
+    assert depth_series(earlier, names, "a", [4, 0, 1])["pending"] == [7, 2, 2, 5, 4]
+    # no sample in or after the window: nothing moved in it
+    assert depth_series({"08:00": {"a": [1, 0, 0]}}, names, None, [3, 0, 0])["pending"] == [3] * 5
+
+
+def test_outcome_series_filters_by_target_and_code() -> None:
+    state = {
+        "minutes": {"m1": {"a": {"succeeded": 2}, "b": {"succeeded": 1, "dead": 1}}},
+        "hours": {"h1": {"a": {"x": {"failed": 3}, "y": {"failed": 1, "succeeded": 4}}}},
+    }
+    minute = outcome_series(state, RANGES["1h"], ["m0", "m1"], None, None)
+    assert minute["succeeded"] == [0, 3] and minute["dead"] == [0, 1]
+    assert outcome_series(state, RANGES["1h"], ["m1"], "b", None)["succeeded"] == [1]
+    hourly = outcome_series(state, RANGES["24h"], ["h1"], "a", None)
+    assert hourly["failed"] == [4] and hourly["succeeded"] == [4]
+    assert outcome_series(state, RANGES["24h"], ["h1"], "a", "x")["failed"] == [3]
+    assert outcome_series(state, RANGES["24h"], ["h1"], "a", "x")["succeeded"] == [0]
+    assert outcome_series(state, RANGES["24h"], ["h1"], "zzz", None)["failed"] == [0]
+
+
+async def test_dashboard_route_and_page(clock: FakeClock) -> None:
+    async with world(MemoryStore(), clock) as w:
+        for n in range(3):
+            await w.enqueue(key=f"k{n}")
+            clock.advance(minutes=2)
+            await w.dead("kafka:orders", key=f"d{n}")
+        await w.running()
+        clock.advance(minutes=1)
+        async with client(w.app) as http:
+            body = (await http.get("/api/v1/dashboard", headers=VIEWER)).json()
+            assert body["queue"] == {
+                "pending": 3,
+                "running": 1,
+                "dead": 3,
+                "oldest_pending_age_s": 7 * 60.0,
+            }
+            assert body["totals"]["dead"] == 3 and len(body["buckets"]) == 60
+            assert body["depth"]["dead"][-9:] == [None, 0, 0, 1, 1, 2, 2, 3, 3]
+            assert body["paused_known"] is False
+            by_target = {row["target"]: row for row in body["targets"]}
+            assert by_target["kafka:orders"]["dead"] == 3
+            assert by_target["mail:welcome"]["oldest_pending_age_s"] == 7 * 60.0
+            hourly = await http.get(
+                "/api/v1/dashboard?range=24h&target=kafka:orders", headers=ADMIN
+            )
+            assert hourly.json()["outcomes"]["dead"][-1] == 3
+            assert hourly.json()["queue"]["pending"] == 0
+            for bad in ("range=2h", "zzz=1", "target=a%00b"):
+                assert (
+                    await http.get(f"/api/v1/dashboard?{bad}", headers=ADMIN)
+                ).status_code == 400
+            w.app.state.services.paused = lambda: {"kafka:orders": clock.now()}
+            paused = (await http.get("/api/v1/dashboard", headers=ADMIN)).json()
+            assert paused["paused_known"] is True
+            assert {r["target"]: r["paused_since"] for r in paused["targets"]}["kafka:orders"]
+            await login(http, ADMIN_KEY)
+            page = await http.get("/admin/dashboard?range=1h")
+            assert (await http.get("/admin/dashboard?range=2h")).status_code == 400
+    assert page.status_code == 200
+    assert (
+        page.text.count('<svg class="chart"') == 2
+        and "<script" not in page.text.split("</head>")[1]
+    )
+    tiles = dict(re.findall(r'data-tile="([a-z-]+)"><span>[^<]*</span><b>([^<]*)</b>', page.text))
+    assert tiles["pending"] == "3" and tiles["dead"] == "3" and tiles["oldest"] == "7 min"
+    assert "paused since" in page.text and 'data-target="kafka:orders"' in page.text
