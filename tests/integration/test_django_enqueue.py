@@ -19,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from jobledger.domain.errors import InvalidArgument, UnknownTarget
 from jobledger.engine import Enqueued
 from jobledger.integrations import django as jobs
+from jobledger.observability.observe import Observer
 from tests.factories.postgres import TEST_DATABASE, dsn
 from tests.integration.sync_kit import FAST, LONG, SyncKit, running
 
@@ -150,3 +151,31 @@ async def test_bad_input_raises_before_any_write_and_the_block_goes_on(kit: Sync
     await in_django(work)
     assert kit.users() == ["still mine"]
     assert await kit.app.pod.store.read_log(0, limit=10) == []
+
+
+async def test_the_enqueue_metrics_count_after_the_commit_only(kit: SyncKit) -> None:
+    using = alias(kit)
+    seen: list[tuple[str, int]] = []
+
+    class Recorder(Observer):
+        def enqueued(self, target: str, count: int) -> None:
+            seen.append((target, count))
+
+    kit.app.engine.observers.add(Recorder())
+
+    def rolled_back() -> None:
+        with transaction.atomic(using=using):
+            jobs.enqueue(kit.app, FAST, {"n": 1}, using=using)
+            raise Boom
+
+    def committed() -> list[tuple[str, int]]:
+        with transaction.atomic(using=using):
+            jobs.enqueue(kit.app, FAST, {"n": 2}, using=using)
+            before_commit = list(seen)
+        return before_commit
+
+    with pytest.raises(Boom):
+        await in_django(rolled_back)
+    assert seen == []
+    assert await in_django(committed) == []
+    assert seen == [(FAST, 1)]

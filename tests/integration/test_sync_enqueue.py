@@ -183,3 +183,20 @@ async def test_an_enqueue_only_app_that_never_started_enqueues_for_the_workers(
     assert job.job_id is not None
     await kit.app.wait_done(job.job_id, timeout_s=10)
     assert kit.delivered == [{"user": "eve"}] and kit.users() == ["eve"]
+
+
+async def test_a_lossy_target_is_refused_before_anything_is_written(kit: SyncKit) -> None:
+    async def drop(job: Any) -> None:
+        return None
+
+    kit.app.engine.targets.register("lossy:ping", "fast", drop, lossy=True)
+
+    def enqueue() -> None:
+        with kit.transaction() as conn:
+            with pytest.raises(InvalidArgument, match="lossy"):
+                sync.enqueue_many(kit.app, conn, [NewJob(FAST), NewJob("lossy:ping")])
+            kit.insert_user(conn, "kept")
+
+    await asyncio.to_thread(enqueue)
+    assert await kit.app.pod.store.read_log(0, limit=10) == []
+    assert kit.users() == ["kept"]

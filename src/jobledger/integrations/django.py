@@ -8,11 +8,13 @@ The job is written with the Django connection's driver connection (`sqlite3`, or
 psycopg 3 for the PostgreSQL backend) by `jobledger.integrations.sync`, inside the
 `atomic()` block, so it commits and rolls back with it (a savepoint of an inner block
 included). Outside any `atomic()` block the enqueue is its own transaction, as a
-`save()` is in Django's autocommit mode.
+`save()` is in Django's autocommit mode. The enqueue metrics are counted by
+`transaction.on_commit`: a rolled-back block counts nothing.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ from django.db import connections, transaction
 from jobledger.domain.jobs import NewJob
 from jobledger.engine import Engine, Enqueued
 from jobledger.integrations import sync
+from jobledger.storage.port import Transaction, run_after_commit
 
 
 def enqueue(
@@ -40,7 +43,21 @@ def enqueue_many(
 ) -> list[Enqueued]:
     connection = connections[using]
     if connection.in_atomic_block:
-        connection.ensure_connection()
-        return sync.enqueue_many(app, connection.connection, items)
+        return _enqueue_in_block(app, items, using)
     with transaction.atomic(using=using):
-        return sync.enqueue_many(app, connection.connection, items)
+        return _enqueue_in_block(app, items, using)
+
+
+def _enqueue_in_block(
+    app: sync.HasEngine | Engine, items: Sequence[NewJob], using: str
+) -> list[Enqueued]:
+    """Enqueue on the block's connection; what runs after the commit (the enqueue
+    metrics) goes to Django's `on_commit`, so a rolled-back block (or savepoint) runs
+    none of it."""
+    connection = connections[using]
+    connection.ensure_connection()
+    tx = Transaction(connection.connection)
+    results = sync.enqueue_many(app, tx, items)
+    if tx.hooks:
+        transaction.on_commit(functools.partial(run_after_commit, tx), using=using)
+    return results

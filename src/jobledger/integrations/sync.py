@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.jobs import Change, NewJob
 from jobledger.engine import Engine, Enqueued
-from jobledger.storage.port import Store
+from jobledger.storage.port import Store, native_handle
 from jobledger.storage.sqlite import SqliteStore
 from jobledger.storage.sqlite.writes import append_on, dedupe_holders_on
 
@@ -51,9 +51,22 @@ def enqueue(
 
 def enqueue_many(app: HasEngine | Engine, conn: Any, items: Sequence[NewJob]) -> list[Enqueued]:
     """`Engine.enqueue_many`, sync, on the caller's `sqlite3.Connection` or psycopg
-    `Connection`. Every item is checked before anything is written."""
+    `Connection`. Every item is checked before anything is written.
+
+    `conn` may be a `port.Transaction` around the connection, whose hooks the caller
+    runs after its commit (`run_after_commit`): the enqueue metrics are then counted
+    there (the Django helper does it with `on_commit`), else at once. Lossy targets
+    are refused: their hand-over runs on the workers' event loop, not in this thread.
+    """
     engine = app if isinstance(app, Engine) else app.engine
-    append, holders = writer_for(engine.store, conn)
+    for item in items:
+        target = engine.targets.find(item.target)
+        if target is not None and target.lossy:
+            raise InvalidArgument(
+                f"target {item.target!r} is lossy: its jobs are handed over on the event"
+                " loop after the commit, so sync code cannot enqueue them"
+            )
+    append, holders = writer_for(engine.store, native_handle(conn))
     plan = engine.plan_enqueue(items, tx=conn)
     flags = append(plan.changes) if plan.changes else []
     lost = plan.lost_keys(flags)
