@@ -11,18 +11,20 @@ psycopg connection in this process (the pool's and the LISTEN connection), by th
 first words of its text. pg_stat_statements is not loaded on this server
 (shared_preload_libraries is empty), and counting at the driver also sees the LISTEN
 connection's statements. The count starts after a settle period (the start's own
-statements are reported apart) and covers `--seconds` of idling.
+statements are reported apart) and covers `--seconds` of idling; the busiest `--window`
+seconds inside it (every window that starts at a statement) are reported too.
 
 The same-run baseline is the same window with the store open and its feed subscribed
 but no runtime (what docs/performance.md's 0.133 statements/s measured).
 
-    .venv/bin/python bench/idle_pod.py [--seconds 60] [--settle 2]
+    .venv/bin/python bench/idle_pod.py [--seconds 120] [--settle 2] [--window 60]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import collections
 import os
 import re
@@ -39,6 +41,7 @@ from jobledger.config.settings import Settings
 from jobledger.storage.postgres import PostgresStore
 
 COUNTS: collections.Counter[str] = collections.Counter()
+TIMES: list[float] = []  # monotonic time of every statement, for the sliding windows
 
 
 def _label(query: Any) -> str:
@@ -57,6 +60,7 @@ def install_counter() -> None:
 
         def counted(self: Any, query: Any, *args: Any, _o: Any = original, **kw: Any) -> Any:
             COUNTS[_label(query)] += 1
+            TIMES.append(time.monotonic())
             return _o(self, query, *args, **kw)
 
         setattr(cursor, name, counted)
@@ -64,6 +68,7 @@ def install_counter() -> None:
 
     def copy(self: Any, statement: Any, *args: Any, **kw: Any) -> Any:
         COUNTS[_label(statement)] += 1
+        TIMES.append(time.monotonic())
         return original_copy(self, statement, *args, **kw)
 
     cursor.copy = copy  # type: ignore[method-assign]
@@ -71,6 +76,19 @@ def install_counter() -> None:
 
 def snapshot() -> collections.Counter[str]:
     return collections.Counter(COUNTS)
+
+
+def busiest_window(began: float, ended: float, width: float) -> tuple[int, float]:
+    """The most statements in any `width`-second window inside [began, ended], and where it
+    starts (seconds after `began`). The busiest window starts at a statement (or at
+    `began`), so those are the only starts tried."""
+    times = [t for t in TIMES if began <= t <= ended]
+    best, where = 0, 0.0
+    for start in [began, *(t for t in times if t + width <= ended)]:
+        count = bisect.bisect_right(times, start + width) - bisect.bisect_left(times, start)
+        if count > best:
+            best, where = count, start - began
+    return best, where
 
 
 def report(title: str, counts: collections.Counter[str], seconds: float) -> float:
@@ -101,7 +119,7 @@ async def baseline(dsn: str, seconds: float) -> float:
     return rate
 
 
-async def pod(dsn: str, seconds: float, settle: float) -> float:
+async def pod(dsn: str, seconds: float, settle: float, window: float) -> float:
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     with tempfile.TemporaryDirectory() as archive:
         settings = Settings(log_archive_dir=archive)
@@ -115,12 +133,19 @@ async def pod(dsn: str, seconds: float, settle: float) -> float:
             report(f"start (app.start() took {started * 1000:.0f} ms)", snapshot() - before, 1.0)
             await asyncio.sleep(settle)
             before = snapshot()
+            began = time.monotonic()
             await asyncio.sleep(seconds)
             rate = report(
                 "idle pod (build(Settings()) + app.start(), default settings)",
                 snapshot() - before,
                 seconds,
             )
+            if seconds >= window:
+                most, at = busiest_window(began, time.monotonic(), window)
+                print(
+                    f"busiest {window:.0f} s window of the idle pod: {most} statements"
+                    f" = {most / window:.3f} statements/s (starting {at:.1f} s in)"
+                )
         finally:
             await app.stop()
             await _drop(dsn, schema)
@@ -134,15 +159,16 @@ async def _drop(dsn: str, schema: str) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--settle", type=float, default=2.0)
+    parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--skip-baseline", action="store_true")
     args = parser.parse_args()
     install_counter()
     dsn = await bench_dsn()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     base = None if args.skip_baseline else await baseline(dsn, args.seconds)
-    ours = await pod(dsn, args.seconds, args.settle)
+    ours = await pod(dsn, args.seconds, args.settle, args.window)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if base is not None:
         print(f"idle pod {ours:.3f} statements/s; store alone {base:.3f}; goal <= 0.5")

@@ -227,3 +227,58 @@ async def test_a_row_that_comes_due_while_the_lane_reads_its_timer_runs_at_once(
     finally:
         await a.long.stop()
         store.next_due = read  # type: ignore[method-assign]
+
+
+async def test_an_idle_lane_reads_its_timer_once_then_only_looks_each_safety_poll(
+    store: Store, clock: FakeClock
+) -> None:
+    """An idle pod's long lane sends one statement per safety poll (issue 21): the due
+    time read after a wake-up holds until something wakes the lane again; a row whose
+    wake-up was lost is still found by the next safety poll, and a wake-up reads the
+    timer again, so a later row runs on its own timer."""
+    engine, a, rec = long_pod(store, clock, "pod-a", safety_poll_s=10.0)
+    calls = {"next_due": 0, "long_candidates": 0}
+    originals = {name: getattr(store, name) for name in calls}
+
+    def counted(name: str) -> object:
+        async def call(*args: object, **kwargs: object) -> object:
+            calls[name] += 1
+            return await originals[name](*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        setattr(store, name, counted(name))
+    sleeps = [0]
+    sleep = clock.sleep
+
+    async def counted_sleep(seconds: float) -> None:
+        sleeps[0] += 1
+        await sleep(seconds)
+
+    clock.sleep = counted_sleep  # type: ignore[method-assign]
+
+    async def next_poll(looks: int) -> None:
+        await until(lambda: sleeps[0] == looks)  # the lane waits on its timer
+        clock.advance(seconds=13)  # past the jittered poll (at most 12 s)
+        await until(lambda: calls["long_candidates"] >= 1 + looks)
+
+    a.long.start()
+    try:
+        for looks in range(1, 6):
+            await next_poll(looks)
+        await settle()
+        assert calls == {"next_due": 1, "long_candidates": 6}
+        await enqueue(engine, "report", [{"payload": "lost wake-up"}])  # nothing wakes
+        await next_poll(6)
+        await until(lambda: rec.payloads == ["lost wake-up"])
+        later = clock.now() + timedelta(seconds=3)
+        await enqueue(engine, "report", [{"payload": "timer", "run_at": later}])
+        a.long.wake()  # as the feed does
+        await until(lambda: calls["next_due"] >= 3)
+        clock.set(later)
+        await until(lambda: rec.payloads == ["lost wake-up", "timer"])
+    finally:
+        await a.long.stop()
+        for name, original in originals.items():
+            setattr(store, name, original)
