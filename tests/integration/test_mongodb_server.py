@@ -8,6 +8,8 @@ dropped afterwards.
 * `explain()` of the three hot reads: the dedupe lookup every enqueue makes, the fast
   lane's partition read and the long lane's candidate read use an index (IXSCAN) and
   never scan the collection (COLLSCAN) — docs/mongodb.md "Check the index use".
+* A second pod's change stream wakes exactly the partition and lane of a job's insert
+  and of its update (the update event looks the row up).
 * 20 business transactions enqueue concurrently while a fast lane commits its marks and
   outcomes and readers position the log (decisions D15): none of them aborts.
 * The `MongoStore(client=..., database=...)` example of docs/mongodb.md runs as written.
@@ -16,6 +18,7 @@ dropped afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -33,7 +36,8 @@ from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus, Lane, Stamp
 from jobledger.storage.mongodb import MongoStore
 from jobledger.storage.mongodb import builders as b
-from tests.contract.lanes_kit import Recorder, enqueue, keys_in, make_engine, pod
+from jobledger.storage.port import Wake
+from tests.contract.lanes_kit import Recorder, enqueue, keys_in, make_engine, pod, until
 from tests.e2e.test_docs_examples import ROOT, Block, blocks_of
 from tests.factories.mongodb import (
     SKIP_REASON,
@@ -41,6 +45,7 @@ from tests.factories.mongodb import (
     business_write,
     make_store,
     mongo_uri,
+    open_peer,
 )
 
 pytestmark = pytest.mark.mongo
@@ -140,6 +145,45 @@ async def test_the_long_lane_read_uses_indexes(mongo: MongoStore, clock: FakeClo
     # each $or branch on its partial index (or on status_newest, which the planner may
     # prefer for a branch on a small collection): never a collection scan
     assert_index_scan(explained, uses={"pending_due", "running_lease", "status_newest"})
+
+
+# --- the change stream names the partition and lane of an update --------------------
+
+
+async def test_a_peer_is_woken_for_the_partition_and_lane_of_an_update(
+    mongo: MongoStore, clock: FakeClock
+) -> None:
+    """Another pod's store hears a job's insert and its update through its own change
+    stream, each as a wake-up of that job's partition and lane only (an update's
+    updatedFields cannot name them: the stream looks the row up)."""
+    async with open_peer(mongo) as peer:
+        wakes: list[Wake] = []
+
+        async def collect() -> None:
+            async for wake in peer.feed():
+                wakes.append(wake)
+
+        task = asyncio.create_task(collect())
+        try:
+            await until(lambda: peer.watcher.streams_opened >= 1)  # and collect() subscribed
+            wakes.clear()  # the EVERYTHING a newly opened stream publishes, if it was heard
+            engine = make_engine(mongo, clock)
+            engine.targets.register(FAST, "fast", Recorder())
+            (job_id,) = await enqueue(engine, FAST, [{"payload": 1, "key": keys_in(P, 1)[0]}])
+            await until(lambda: bool(wakes))
+            assert wakes == [Wake(frozenset({P}), frozenset({Lane.FAST}), False)]  # the insert
+            wakes.clear()
+            job = await mongo.get_job(job_id)
+            assert job is not None
+            stamp = Stamp(clock.now(), None, None)
+            dispatch = job_commands.dispatch(job, token="t", pod="pod-x", stamp=stamp)
+            assert await mongo.apply([dispatch]) == [True]
+            await until(lambda: bool(wakes))
+            assert wakes == [Wake(frozenset({P}), frozenset({Lane.FAST}), False)]  # the update
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 # --- business transactions do not conflict with the lanes (decisions D15) -------------

@@ -37,6 +37,18 @@ def test_change_stream_pipeline_watches_every_row_write_of_the_read_models() -> 
     assert project["updateDescription.updatedFields.partition"] == 1
 
 
+def test_update_events_look_up_the_row_and_resume_after_the_saved_token() -> None:
+    """An update's updatedFields list only the fields whose value changed, and a job's
+    partition and lane never change: the stream must look the row up to name them."""
+    assert watch.watch_options({"_data": "82"}) == {
+        "full_document": "updateLookup",
+        "resume_after": {"_data": "82"},
+    }
+    assert watch.watch_options(None)["resume_after"] is None
+    project = watch.change_stream_pipeline()[1]["$project"]
+    assert project["fullDocument.partition"] == 1 and project["fullDocument.lane"] == 1
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
@@ -48,13 +60,23 @@ def test_change_stream_pipeline_watches_every_row_write_of_the_read_models() -> 
             },
             (frozenset({12}), frozenset({Lane.FAST}), False),
         ),
-        (
+        (  # an update event with its looked-up document (watch_options), projected
             {
                 "ns": {"coll": "jobs"},
                 "operationType": "update",
-                "updateDescription": {"updatedFields": {"partition": 0, "lane": "long"}},
+                "fullDocument": {"partition": 0, "lane": "long"},
+                "updateDescription": {"updatedFields": {}},
             },
             (frozenset({0}), frozenset({Lane.LONG}), False),
+        ),
+        (  # the row was deleted before the lookup: every partition may have work
+            {
+                "ns": {"coll": "jobs"},
+                "operationType": "update",
+                "fullDocument": None,
+                "updateDescription": {"updatedFields": {}},
+            },
+            (None, None, False),
         ),
         (
             {"ns": {"coll": "schedules"}, "operationType": "replace"},

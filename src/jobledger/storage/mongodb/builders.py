@@ -220,15 +220,14 @@ def row_document(change: Change) -> Doc:
 
 
 def row_update(change: Change) -> Doc:
-    """The update of an existing row: a job's transition fields only (its identity and
-    payload never change after JobEnqueued — decisions D12), plus its partition and lane
-    so the change stream's update event carries what a wake-up needs; a schedule's
-    fields whole (a small row)."""
+    """The update of an existing row: a job's transition fields only (its identity,
+    partition, lane and payload never change after JobEnqueued — decisions D12), as
+    the SQL stores write them; a schedule's fields whole (a small row). The change
+    stream learns a job's partition and lane from the looked-up document (`watch.py`):
+    an update's `updatedFields` name only the fields whose value changed."""
     if isinstance(change.row, Job):
         fields = rows.job_transition_dict(change.row)
         fields.pop("id")
-        fields["partition"] = change.row.partition
-        fields["lane"] = change.row.lane.value
         return {"$set": fields}
     doc = row_document(change)
     doc.pop("_id")

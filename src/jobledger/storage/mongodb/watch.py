@@ -36,10 +36,13 @@ BACKOFF_CAP_S = 30.0
 def change_stream_pipeline() -> list[Doc]:
     """Watch the queue: inserts, replacements and updates of jobs and schedules.
 
-    A job update `$set`s its partition and lane with its transition fields
-    (`row_update`), so the update event names them without a lookup. Deletes are left out: a row leaves the queue through the pod that owns its
-    partition, which goes on reading that partition anyway. Only the fields a wake-up
-    needs are projected, so a change event stays small.
+    An update event carries the row's current document (`watch_options`:
+    `fullDocument: "updateLookup"`), from which the partition and lane are projected:
+    its `updatedFields` could not name them, since they list only the fields whose
+    value changed and a job's partition and lane never change. Deletes are left out:
+    a row leaves the queue through the pod that owns its partition, which goes on
+    reading that partition anyway. Only the fields a wake-up needs are projected, so a
+    change event stays small.
     """
     return [
         {
@@ -60,6 +63,13 @@ def change_stream_pipeline() -> list[Doc]:
             }
         },
     ]
+
+
+def watch_options(resume_token: Any) -> Doc:
+    """The options of `AsyncDatabase.watch`: each update event looks up the row's
+    current document (a row deleted meanwhile has none: the wake-up then covers every
+    partition), and the stream resumes after `resume_token` when there is one."""
+    return {"full_document": "updateLookup", "resume_after": resume_token}
 
 
 def wake_from_change(change: Mapping[str, Any]) -> Wake:
@@ -135,7 +145,7 @@ class ChangeWatcher:
     async def _follow(self) -> None:
         doc = await self.db.checkpoints.find_one(b.by_id(FEED_CHECKPOINT))
         token = doc.get("resume_token") if doc else None
-        async with await self.db.watch(change_stream_pipeline(), resume_after=token) as stream:
+        async with await self.db.watch(change_stream_pipeline(), **watch_options(token)) as stream:
             self.streams_opened += 1
             self.consecutive_failures = 0
             self.feed.publish(EVERYTHING)  # whatever happened while no stream was open
