@@ -128,6 +128,7 @@ _PAGES = [
     ("/admin/login", "POST"),
     ("/admin/jobs/{id}/retry", "POST"),
     ("/admin/bulk/retry", "POST"),
+    ("/admin/find", "GET"),
     ("/admin/bulk/skip", "POST"),
     ("/admin/schedules/{code}/override", "POST"),
     ("/admin/api", "GET"),
@@ -156,6 +157,7 @@ _APP = _app()
                 "token",
                 "before",
                 "expect",
+                "q",
                 "x",
             ]
         ),

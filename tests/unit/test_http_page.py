@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import jobs
+from jobledger.domain import job_outcomes, jobs
 from jobledger.domain.events import EventType
 from jobledger.http import listing
 from jobledger.storage.memory import MemoryStore
@@ -205,3 +205,32 @@ async def test_bulk_buttons_confirm_the_count_and_act_on_the_filter(w: World) ->
         assert 'id="bulk"' not in (await http.get("/admin")).text
         forged = await http.post("/admin/bulk/skip", data={"csrf": csrf})
         assert forged.status_code == 403 and (await w.job(other)).status.value == "DEAD"
+
+
+async def test_finished_jobs_and_find(w: World) -> None:
+    done = await w.enqueue(key="a", dedupe_key="order-7:mail")
+    change = job_outcomes.decide_outcome(
+        await w.job(done),
+        job_outcomes.RunResult(job_outcomes.Result.OK),
+        job_outcomes.OutcomePolicy(jobs.DeliveryMode.AT_MOST_ONCE, 6, (1, 2)),
+        w.stamp(),
+    ).change
+    assert await w.store.apply([change]) == [True]
+    still_open = await w.enqueue(key="b", dedupe_key="order-8:mail")
+    async with client(w.app) as http:
+        await login(http, ADMIN_KEY)
+        listing_page = (await http.get("/admin")).text
+        assert '<option value="SUCCEEDED" >SUCCEEDED</option>' in listing_page
+        assert '<option value="EXPIRED" >EXPIRED</option>' in listing_page
+        page = (await http.get("/admin?status=SUCCEEDED")).text
+        assert f'<tr data-id="{done}" data-status="SUCCEEDED">' in page
+        assert still_open not in page
+        assert '<option value="SUCCEEDED" selected>' in page
+        assert f'data-id="{done}"' in (await http.get("/admin?status=FINISHED&key=a")).text
+        assert "No finished jobs" in (await http.get("/admin?status=CANCELLED")).text
+        assert (await http.get("/admin?status=FINISHED&before=abc")).status_code == 200
+        for query, job_id in ((done, done), ("order-7:mail", done), ("order-8:mail", still_open)):
+            found = await http.get("/admin/find", params={"q": query})
+            assert found.status_code == 303 and found.headers["location"] == f"/admin/jobs/{job_id}"
+        assert (await http.get("/admin/find", params={"q": "nobody"})).status_code == 404
+        assert (await http.get("/admin/find", params={"q": "a\x00"})).status_code == 404

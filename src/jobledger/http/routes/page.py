@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 from jobledger.domain.errors import JobledgerError
 from jobledger.domain.timeutil import iso
 from jobledger.http.routes import page_actions as act
-from jobledger.http.routes import page_bulk
+from jobledger.http.routes import page_bulk, page_finished
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.page_base import HERE, login_redirect, principal_of, render
 from jobledger.http.routes.page_jobs import jobs_page
@@ -78,6 +78,7 @@ def routes() -> list[BaseRoute]:
         Route("/admin/login", login, methods=["GET", "POST"]),
         Route("/admin/logout", logout, methods=["POST"]),
         Route("/admin/jobs/{id}", job_page, methods=["GET"]),
+        Route("/admin/find", page_finished.find_page, methods=["GET"]),
         Route("/admin/bulk/retry", act.command(page_bulk.retry_all), methods=["POST"]),
         Route("/admin/bulk/skip", act.command(page_bulk.skip_all), methods=["POST"]),
         Route("/admin/jobs/{id}/retry", act.command(act.retry), methods=["POST"]),

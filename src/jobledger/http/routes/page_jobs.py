@@ -14,9 +14,11 @@ from jobledger.config.api_keys import Principal
 from jobledger.core.ids import is_job_id
 from jobledger.domain.jobs import JobStatus
 from jobledger.http import listing
+from jobledger.http.finished import FINISHED_STATUSES
 from jobledger.http.listing import capped_count, list_open, shown_count
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render
+from jobledger.http.routes.page_finished import finished_page, wants_finished
 from jobledger.http.serialize import job_json
 from jobledger.storage.port import JobFilter
 
@@ -72,6 +74,8 @@ async def jobs_page(request: Request) -> Response:
         return login_redirect(request)
     if any("\x00" in value for _, value in request.query_params.multi_items()):
         return error_page(request, principal, 400, "Bad filter", "Filters must not contain U+0000.")
+    if wants_finished(request):
+        return await finished_page(request, principal)
     flt = page_filter(request)
     before = _cursor(request, "before")
     after = None if before is not None else _cursor(request, "after")
@@ -96,6 +100,7 @@ async def jobs_page(request: Request) -> Response:
         "next_link": link(before=result.next) if result.next else None,
         "filters": filters,
         "statuses": STATUSES,
+        "finished_statuses": FINISHED_STATUSES,
         "counts": counts,
         "bulk": await bulk_context(request, principal, flt),
     }
