@@ -331,3 +331,13 @@ def test_a_source_url_without_a_database_is_one_line_before_any_connection(
     assert code == 2
     err = capsys.readouterr().err
     assert "the --from URL names no database" in err and "--db" in err
+
+
+def test_a_row_with_bytes_that_are_not_utf8_is_reported_and_the_read_goes_on() -> None:
+    raw = bytearray(bson.encode(_doc(payload={"note": "caf\u00e9"})))
+    at = raw.index("\u00e9".encode())
+    raw[at : at + 2] = b"\xff\xfe"  # two bytes that are not UTF-8
+    row = bson.decode(bytes(raw), codec_options=SOURCE_CODEC)  # no exception: read on
+    result = convert_row(row)
+    assert result == RowError("6632f1a0c2b5e4a1d3f09a77", "a string holds bytes that are not UTF-8")
+    assert not isinstance(convert_row(_from_bson(_doc(payload={"note": "caf\u00e9"}))), RowError)

@@ -42,12 +42,14 @@ from jobledger.storage.mongodb.js_json import as_js_json
 IMPORT_REASON = "imported from the reference engine"
 #: how the import reads the reference's rows: aware UTC dates, dates beyond
 #: `datetime`'s years as DatetimeMS (converted as JavaScript would), invalid UTF-8 as
-#: U+FFFD (as js-bson reads it), so no row's content stops the read
+#: lone surrogates (`surrogateescape`), so that no row's content stops the read of a
+#: whole batch: `convert_row` reports such a row (the reference's Node driver, which
+#: validates UTF-8 by default, could not read it either)
 SOURCE_CODEC: CodecOptions[dict[str, Any]] = CodecOptions(
     tz_aware=True,
     tzinfo=UTC,
     datetime_conversion=DatetimeConversion.DATETIME_AUTO,
-    unicode_decode_error_handler="replace",
+    unicode_decode_error_handler="surrogateescape",
 )
 IMPORTED_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD)
 #: the reference had no payload limit; the import takes what enqueue takes by default
@@ -78,6 +80,8 @@ def convert_row(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> Imported | RowError:
     """`changes_from_reference_job`, or the row's error instead of an exception."""
+    if _invalid_utf8(doc):
+        return RowError(_row_id(doc), "a string holds bytes that are not UTF-8")
     try:
         return changes_from_reference_job(
             doc, partitions=partitions, max_payload_bytes=max_payload_bytes
@@ -91,7 +95,20 @@ def convert_row(
 
 
 def _row_id(doc: Mapping[str, Any]) -> str:
-    return str(doc.get("_id", "(no _id)"))
+    return str(doc.get("_id", "(no _id)")).encode("utf-8", "replace").decode()
+
+
+def _invalid_utf8(value: Any) -> bool:
+    """Whether a string in `value` (keys included) came from bytes that are not UTF-8:
+    decoded with `surrogateescape`, they are lone surrogates, which valid UTF-8 never
+    decodes to."""
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, Mapping):
+        return any(_invalid_utf8(k) or _invalid_utf8(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_invalid_utf8(item) for item in value)
+    return False
 
 
 def job_id_from_object_id(object_id: str, created_at: datetime) -> str:
