@@ -15,6 +15,8 @@ PREFIX = "/api/v1"
 
 _STR = {"type": "string"}
 _NSTR = {"type": ["string", "null"]}
+#: query text: no stored name holds U+0000, and a NUL is refused with 400
+TEXT = {"type": "string", "pattern": "^[^\\x00]*$"}
 _TIME = {"type": "string", "format": "date-time"}
 _NTIME = {"type": ["string", "null"], "format": "date-time"}
 _INT = {"type": "integer"}

@@ -9,7 +9,7 @@ from jobledger.admin import BULK_LIMIT
 from jobledger.domain.jobs import JobStatus
 from jobledger.http.finished import FINISHED_STATUSES, SCAN_LIMIT
 from jobledger.http.listing import COUNT_CAP
-from jobledger.http.openapi import JOB_PROPS, PREFIX, _op, _query, _ref
+from jobledger.http.openapi import JOB_PROPS, PREFIX, TEXT, _op, _query, _ref
 
 _ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 _NID = {"type": ["string", "null"], "pattern": "^[0-9a-f]{32}$"}
@@ -89,9 +89,9 @@ FILTERS = [
         {"type": "string", "enum": [s.value for s in JobStatus]},
         "PENDING, RUNNING or DEAD",
     ),
-    _query("target", {"type": "string"}, "exact target name"),
-    _query("code", {"type": "string"}, "exact job code"),
-    _query("key", {"type": "string"}, "exact ordering key"),
+    _query("target", TEXT, "exact target name"),
+    _query("code", TEXT, "exact job code"),
+    _query("key", TEXT, "exact ordering key"),
 ]
 
 LIST_PARAMS = [
@@ -135,8 +135,8 @@ BULK_PARAMS = [
 FINISHED_PARAMS = [
     _query("status", {"type": "string", "enum": FINISHED_STATUSES}, "how it ended"),
     *FILTERS[1:],
-    _query("id", {"type": "string"}, "one job by id (a search, not a scan)"),
-    _query("dedupe_key", {"type": "string"}, "one job by dedupe key (a search)"),
+    _query("id", TEXT, "one job by id (a search, not a scan)"),
+    _query("dedupe_key", TEXT, "one job by dedupe key (a search)"),
     _query(
         "before",
         {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},

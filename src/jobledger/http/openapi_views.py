@@ -6,10 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from jobledger.http.dashboard import DEPTH_NAMES, OUTCOME_NAMES, RANGES
-from jobledger.http.openapi import _NTIME, _OUTCOMES, _STR, _TIME, PREFIX, _obj, _op, _query, _ref
+from jobledger.http.openapi import (
+    _NTIME,
+    _OUTCOMES,
+    _STR,
+    _TIME,
+    PREFIX,
+    TEXT,
+    _obj,
+    _op,
+    _query,
+    _ref,
+)
 
-#: text without U+0000 (no stored name holds one; a NUL is refused with 400)
-_TEXT = {"type": "string", "pattern": "^[^\\x00]*$"}
 _COUNT = {"type": "integer", "minimum": 0}
 _AGE = {"type": ["number", "null"], "minimum": 0}
 
@@ -70,8 +79,8 @@ def paths() -> dict[str, Any]:
                         {"type": "string", "enum": list(RANGES), "default": "1h"},
                         "the time window",
                     ),
-                    _query("target", _TEXT, "only this target"),
-                    _query("code", _TEXT, "only this job code (hourly ranges)"),
+                    _query("target", TEXT, "only this target"),
+                    _query("code", TEXT, "only this job code (hourly ranges)"),
                 ],
             )
         },
