@@ -60,3 +60,16 @@ def test_demo_no_serve_exits_when_settled(tmp_path: Path) -> None:
     assert "All 6 demo jobs settled" in proc.output, proc.output
     assert "5 succeeded, 1 DEAD" in proc.output
     assert "Serving" not in proc.output
+
+
+def test_demo_no_serve_stopped_early_exits_1(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"  # demo:ledger-sync needs ~3 s of retries to go DEAD
+    with jobledger(
+        "--store", f"sqlite:///{db}", "demo", "--no-serve", "--orders", "4", "--exit-after", "0.5"
+    ) as proc:
+        deadline = time.monotonic() + 45
+        while proc.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.process.returncode == 1, proc.output
+    assert "of 6 demo jobs settled." in proc.output, proc.output
+    assert "All 6 demo jobs settled" not in proc.output

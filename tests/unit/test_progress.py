@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
 
 import pytest
 
-from jobledger.cli.progress import CLEAR, Progress
+from jobledger.cli.progress import CLEAR, Progress, ticking
 
 
 class Terminal(io.StringIO):
@@ -117,3 +118,25 @@ def test_a_real_pseudo_terminal_counts_as_a_terminal() -> None:
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_a_note_follows_the_counts() -> None:
+    term = Terminal()
+    with Progress("demo", total=4, unit="jobs", stream=term, interval=0) as progress:
+        progress.note = "1 ok · 1 dead"
+        progress.update(2)
+    assert "2/4 jobs  50%" in term.getvalue()
+    assert term.getvalue().split(CLEAR)[-2].endswith(" · 1 ok · 1 dead")
+
+
+async def test_ticking_shows_the_time_spent_on_a_terminal_only() -> None:
+    term = Terminal()
+    async with ticking("migrate", stream=term):
+        await asyncio.sleep(0.7)  # one redraw at 0.5 s
+    drawn = term.getvalue().split(CLEAR)
+    assert drawn.count("migrate: working · 0s") >= 2  # at entry and by the ticker
+    assert drawn[-1] == ""  # erased at the end
+    piped = io.StringIO()
+    async with ticking("migrate", stream=piped):
+        await asyncio.sleep(0.6)
+    assert piped.getvalue() == ""

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from jobledger.cli.progress import ticking
 from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.timeutil import at_ms
 from jobledger.storage.port import Store
@@ -31,18 +34,24 @@ def run_on_store(
     work: Callable[[Store], Awaitable[int]],
     *,
     existing: bool = False,
+    ticking_label: str | None = None,
 ) -> int:
     """Run `work` on the store; `existing`: refuse a store that holds no jobledger log
-    (the commands that only read one)."""
+    (the commands that only read one); `ticking_label`: show the time spent opening
+    the store and working on a terminal (`migrate`: opening is the migration)."""
 
     async def main() -> int:
         store = configured_store(args)
         await (require_existing(store) if existing else reach(store))
-        await store.open()
-        try:
-            return await work(store)
-        finally:
-            await store.close()
+        shown: AbstractAsyncContextManager[object] = (
+            ticking(ticking_label) if ticking_label else contextlib.nullcontext()
+        )
+        async with shown:
+            await store.open()
+            try:
+                return await work(store)
+            finally:
+                await store.close()
 
     return asyncio.run(main())
 

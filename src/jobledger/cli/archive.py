@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from jobledger.cli._audit import parse_time, run_on_store
+from jobledger.cli.progress import Progress
 from jobledger.core.clock import SystemClock
 from jobledger.domain.errors import InvalidArgument
 from jobledger.projections.archive import LogArchive
@@ -34,7 +35,9 @@ def _run(args: argparse.Namespace) -> int:
     cutoff = args.before or SystemClock().now() - timedelta(days=args.older_than_days)
 
     async def work(store: Store) -> int:
-        result = await LogArchive(store, args.dir, retention_days=None).archive_before(cutoff)
+        archive = LogArchive(store, args.dir, retention_days=None)
+        with Progress("archive", unit="finished jobs") as progress:
+            result = await archive.archive_before(cutoff, on_round=progress.advance)
         print(
             f"archived {result.events} events of {result.streams} finished jobs"
             + (f" to {result.file}" if result.file else "")

@@ -6,8 +6,10 @@ and a demo schedule, then places sample orders: each order row and its jobs are 
 in ONE business transaction on the store (table `demo_orders`). Retry delays are cut
 to seconds so that retries and DEAD rows show up at once; two orders also get a
 reminder job due in an hour, so PENDING rows are there to cancel. A progress bar
-follows the jobs; the admin page's address (with a generated admin key when none is
-configured) is printed, and the demo keeps serving until Ctrl-C.
+(on a terminal) follows the jobs as the store's log records them, so jobs settled by
+another worker on the same store count too; `--no-serve` exits with status 1 when it
+is stopped before every job settled. The admin page's address (with a generated admin
+key when none is configured) is printed, and the demo keeps serving until Ctrl-C.
 
     jobledger demo                       # sqlite:///jobledger-demo.db, port 8080
     jobledger demo --no-serve            # run the jobs, print the summary, exit
@@ -25,16 +27,15 @@ import secrets
 import sqlite3
 import sys
 import time
-from collections import Counter
 from datetime import timedelta
 from typing import Any, TextIO
 
 from jobledger.cli._audit import reach
+from jobledger.cli._demo_settle import Tally, follow
 from jobledger.cli._options import bind
 from jobledger.cli.serve import add_http_options, print_access, stop_on_signals
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import Job
-from jobledger.observability.observe import Observer, RunRecord
 
 DEMO_STORE = "sqlite:///jobledger-demo.db"
 EMAIL, WEBHOOK, LEDGER = "demo:email", "demo:webhook", "demo:ledger-sync"
@@ -135,13 +136,14 @@ async def _write_order(tx: Any, order: dict[str, Any]) -> None:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Placed:
     orders: int
-    settling: int  # jobs expected to end (succeed or go DEAD) within seconds
+    settling: list[str]  # ids of the jobs that end (succeed or go DEAD) within seconds
     later: int  # reminder jobs due in an hour (PENDING, cancellable)
 
 
 async def place_orders(app: Any, count: int, run_id: str) -> Placed:
     engine = app.engine
-    settling = later = 0
+    settling: list[str] = []
+    later = 0
     for n in range(1, count + 1):
         order_id = f"ord-{run_id}-{n:03d}"
         order = {
@@ -152,16 +154,16 @@ async def place_orders(app: Any, count: int, run_id: str) -> Placed:
         }
         async with engine.transaction() as tx:
             await _write_order(tx, order)
-            await engine.enqueue(
+            job = await engine.enqueue(
                 EMAIL,
                 {"order": order_id, "template": "order_placed"},
                 tx=tx,
                 key=order_id,
                 dedupe_key=f"{order_id}:email",
             )
-            settling += 1
+            settling.append(job.job_id)
             if n % 3 == 0:
-                await engine.enqueue(
+                job = await engine.enqueue(
                     WEBHOOK,
                     {"order": order_id, "event": "order.placed"},
                     tx=tx,
@@ -169,16 +171,16 @@ async def place_orders(app: Any, count: int, run_id: str) -> Placed:
                     version=1,
                     dedupe_key=f"{order_id}:webhook",
                 )
-                settling += 1
+                settling.append(job.job_id)
             if n % 4 == 0:
-                await engine.enqueue(
+                job = await engine.enqueue(
                     LEDGER,
                     {"order": order_id, "cents": order["total_cents"]},
                     tx=tx,
                     key=order_id,
                     dedupe_key=f"{order_id}:ledger",
                 )
-                settling += 1
+                settling.append(job.job_id)
             if n in (1, 2):
                 await engine.enqueue(
                     "demo:reminder",
@@ -189,63 +191,6 @@ async def place_orders(app: Any, count: int, run_id: str) -> Placed:
                 )
                 later += 1
     return Placed(count, settling, later)
-
-
-# --- progress ------------------------------------------------------------------------------
-
-
-class Progress(Observer):
-    """Counts run outcomes of the demo targets (an engine observer)."""
-
-    def __init__(self) -> None:
-        self.results: Counter[str] = Counter()
-        self.changed = asyncio.Event()
-
-    def run_finished(self, record: RunRecord) -> None:
-        if record.job.target.startswith("demo:") and record.job.target != "demo:reminder":
-            self.results[record.result] += 1
-            self.changed.set()
-
-    @property
-    def settled(self) -> int:
-        return self.results["ok"] + self.results["dead"]
-
-
-def bar(progress: Progress, total: int, width: int = 28) -> str:
-    done = min(progress.settled, total)
-    filled = round(width * done / total) if total else width
-    r = progress.results
-    return (
-        f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} jobs settled"
-        f" · {r['ok']} ok · {r['failed']} failed runs (retrying) · {r['dead']} dead"
-    )
-
-
-async def follow(progress: Progress, total: int, out: TextIO) -> None:
-    """Redraw the bar on a terminal; print a line per change otherwise."""
-    tty = out.isatty()
-    last, printed = "", 0.0
-    while True:
-        line = bar(progress, total)
-        finished = progress.settled >= total
-        # a terminal redraws in place; a log gets a line at most every second
-        if line != last and (tty or finished or time.monotonic() - printed >= 1.0):
-            out.write(f"\r{line}" if tty else f"{line}\n")
-            out.flush()
-            last, printed = line, time.monotonic()
-        if finished:
-            if tty:
-                out.write("\n")
-            return
-        progress.changed.clear()
-        with _suppress_timeout():
-            await asyncio.wait_for(progress.changed.wait(), 0.5)
-
-
-def _suppress_timeout() -> Any:
-    import contextlib
-
-    return contextlib.suppress(TimeoutError)
 
 
 # --- the command ---------------------------------------------------------------------------
@@ -273,14 +218,12 @@ async def _demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     setup(app)
     await reach(app.store)
     sock = None if args.no_serve else bind(args)
-    progress = Progress()
-    app.engine.observers.add(progress)
     started = time.monotonic()
     stop = asyncio.Event()
     with stop_on_signals(stop):
         await app.start()
         try:
-            return await _run(app, args, url, progress, stop, started, out, sock)
+            return await _run(app, args, url, stop, started, out, sock)
         finally:
             await app.stop()
             out.write("jobledger demo stopped\n")
@@ -291,7 +234,6 @@ async def _run(
     app: Any,
     args: argparse.Namespace,
     url: str,
-    progress: Progress,
     stop: asyncio.Event,
     started: float,
     out: TextIO,
@@ -300,6 +242,7 @@ async def _run(
     if args.exit_after is not None:
         asyncio.get_running_loop().call_later(max(args.exit_after, 0.0), stop.set)
     out.write(f"jobledger demo on {url}\n")
+    early = False  # --no-serve stopped before every job settled: exit status 1
     http: asyncio.Task[None] | None = None
     if not args.no_serve:
         ready = asyncio.Event()
@@ -321,17 +264,14 @@ async def _run(
     placed = await place_orders(app, args.orders, secrets.token_hex(3))
     out.write(
         f"Placed {placed.orders} orders in business transactions (table demo_orders):"
-        f" {placed.settling} jobs to run now, {placed.later} reminders due in an hour.\n"
+        f" {len(placed.settling)} jobs to run now, {placed.later} reminders due in an hour.\n"
     )
     out.flush()
-    following = asyncio.create_task(follow(progress, placed.settling, out))
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if following.done():
-        r = progress.results
+    tally = await Tally.start(app.store, placed.settling)
+    if await follow(tally, out, stop):
         out.write(
-            f"All {placed.settling} demo jobs settled in {time.monotonic() - started:.1f}s:"
-            f" {r['ok']} succeeded, {r['dead']} DEAD (retry or skip them on the admin page).\n"
+            f"All {tally.total} demo jobs settled in {time.monotonic() - started:.1f}s:"
+            f" {tally.ok} succeeded, {tally.dead} DEAD (retry or skip them on the admin page).\n"
         )
         if args.no_serve:
             stop.set()
@@ -339,10 +279,9 @@ async def _run(
             out.write("Serving until Ctrl-C.\n")
         out.flush()
     else:
-        following.cancel()
-        out.write("\nStopped before every demo job settled.\n")
+        out.write(f"Stopped with {tally.settled} of {tally.total} demo jobs settled.\n")
+        early = args.no_serve
     await stop.wait()
-    stopping.cancel()
     if http is not None:
         await http
-    return 0
+    return 1 if early else 0

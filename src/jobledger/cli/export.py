@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from jobledger.cli._audit import parse_time, positive, run_on_store
+from jobledger.cli.progress import Progress, is_terminal
 from jobledger.domain.errors import InvalidArgument
 from jobledger.projections.audit import export_log
 from jobledger.projections.log import DEFAULT_PAGE
@@ -33,6 +34,18 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
+class Counted:
+    """The output file, advancing `progress` by one for each event line written."""
+
+    def __init__(self, out: TextIO, progress: Progress) -> None:
+        self.out = out
+        self.progress = progress
+
+    def write(self, line: str) -> int:
+        self.progress.advance()
+        return self.out.write(line)
+
+
 def run(args: argparse.Namespace) -> int:
     since = parse_time(args.since) if args.since else None
     until = parse_time(args.until) if args.until else None
@@ -48,9 +61,13 @@ def run(args: argparse.Namespace) -> int:
                 if args.out
                 else sys.stdout
             )
+            # the bar goes to standard error; not when the events themselves fill the
+            # same terminal (they are the progress then)
+            shown = None if args.out or not is_terminal(sys.stdout) else False
+            progress = stack.enter_context(Progress("export", unit="events", enabled=shown))
             report = await export_log(
                 store,
-                out,
+                cast("TextIO", Counted(out, progress)),  # export_log only writes
                 since=since,
                 until=until,
                 after_position=args.after_position,

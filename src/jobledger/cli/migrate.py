@@ -39,4 +39,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"{store.name}: schema version {shown}")
         return 0
 
-    return run_on_store(args, work)
+    return run_on_store(args, work, ticking_label="migrate")

@@ -21,11 +21,14 @@ redrawn after it. `Progress.echo(text)` prints a line above the bar the same way
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TextIO
 
@@ -83,6 +86,8 @@ class Progress:
         self.interval = interval
         self.width = width
         self.done = 0
+        self.note = ""  # appended to the line (e.g. "3 ok · 1 dead")
+        self.counting = True  # False: the line shows the time spent only
         self._started = time.monotonic()
         self._drawn_at = 0.0
         self._shown = False  # the bar's line is on the screen
@@ -105,7 +110,13 @@ class Progress:
 
     def line(self) -> str:
         """The text of the progress line as it stands now."""
+        note = f" · {self.note}" if self.note else ""
+        return self._counts() + note
+
+    def _counts(self) -> str:
         elapsed = max(time.monotonic() - self._started, 1e-9)
+        if not self.counting:  # work that reports no counts (`ticking`)
+            return f"{self.label}: working · {_duration(elapsed)}"
         rate = self.done / elapsed
         unit = f" {self.unit}" if self.unit else ""
         if self.total:
@@ -195,6 +206,29 @@ class Progress:
                 if handler is wrapper:
                     handlers[i] = wrapper.inner
         self._wrapped.clear()
+
+
+@contextlib.asynccontextmanager
+async def ticking(label: str, *, stream: TextIO | None = None) -> AsyncIterator[Progress]:
+    """A line showing the time spent on work that reports no counts (a migration runs
+    in one transaction), redrawn every half second on a terminal."""
+    with Progress(label, stream=stream, interval=0.5) as progress:
+        progress.counting = False
+        progress.draw()
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(progress.interval)
+                progress.draw()
+
+        task = asyncio.create_task(tick()) if progress.enabled else None
+        try:
+            yield progress
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def _writes_to_terminal(handler: logging.Handler) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -65,7 +66,11 @@ class LogArchive:
         now = now or self.clock.now()
         return await self.archive_before(now - timedelta(days=self.retention_days))
 
-    async def archive_before(self, cutoff: datetime) -> ArchiveResult:
+    async def archive_before(
+        self, cutoff: datetime, *, on_round: Callable[[int], object] | None = None
+    ) -> ArchiveResult:
+        """`on_round(streams)`: called after each round with the streams it archived
+        (the command's progress line)."""
         streams_done = events_done = 0
         target = self.directory / f"archive-{cutoff:%Y%m%dT%H%M%S}.jsonl"
         while True:
@@ -79,6 +84,8 @@ class LogArchive:
             await self.store.delete_streams(streams)
             streams_done += len(streams)
             events_done += len(events)
+            if on_round is not None:
+                on_round(len(streams))
         if streams_done:
             logger.info(
                 "archived %d events of %d closed jobs to %s", events_done, streams_done, target
