@@ -119,8 +119,12 @@ def append_on(native: sqlite3.Connection, changes: Sequence[Change]) -> list[boo
     """`append_in` on a caller's connection (sync: the sync enqueue path calls it too).
 
     In the module's default mode (implicit transactions) this opens the transaction the
-    first INSERT would have opened; a connection in autocommit mode outside a
-    transaction is refused, since a savepoint there would commit by itself.
+    first INSERT would have opened, as `BEGIN IMMEDIATE`: its first statements read (the
+    dedupe keys), and a deferred transaction that reads before it writes fails at once
+    with "database is locked" when another connection commits in between (WAL: its
+    snapshot is stale), where IMMEDIATE waits for the write lock (`busy_timeout`). A
+    connection in autocommit mode outside a transaction is refused, since a savepoint
+    there would commit by itself.
     """
     if not changes:
         return []
@@ -129,7 +133,7 @@ def append_on(native: sqlite3.Connection, changes: Sequence[Change]) -> list[boo
     if not native.in_transaction:
         if native.isolation_level is None:
             raise InvalidArgument("append_in needs a connection inside a transaction (BEGIN first)")
-        cursor.execute("BEGIN")  # what the sqlite3 module does before any DML
+        cursor.execute("BEGIN IMMEDIATE")
     keys = [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
     seen = seen_keys(cursor, keys)
     flags: list[bool] = []
