@@ -240,7 +240,10 @@ class App:
 
     # --- enqueueing --------------------------------------------------------------------
     def transaction(self) -> AbstractAsyncContextManager[Any]:
-        """A transaction on the store (`tx.native` is the store's own handle)."""
+        """A transaction on the store. `tx.native` is the store's own driver handle
+        (sync `sqlite3` on SQLite, async psycopg on PostgreSQL): store-specific code
+        only; portable and sync code enqueue on their own data layer's transaction
+        (`jobledger.integrations`, docs/sync-callers.md)."""
         return self.pod.engine.transaction()
 
     async def enqueue(

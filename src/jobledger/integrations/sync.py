@@ -93,7 +93,9 @@ def writer_for(store: Store, conn: Any) -> tuple[Append, Holders]:
 
 
 def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> tuple[Append, Holders]:
-    main = next(row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main")
+    cursor = conn.cursor()
+    cursor.row_factory = None  # the caller's connection may have its own row factory
+    main = next(row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main")
     if not main or os.path.realpath(main) != os.path.realpath(store.path):
         raise ConfigError(
             f"this connection is to {main or 'an in-memory database'!r}, the store's file is"
