@@ -29,6 +29,7 @@ from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.observability.observe import Observers
+from jobledger.observability.tracing_spans import enqueue_traceparent, tracing_of
 from jobledger.storage.port import Store, Transaction
 
 logger = logging.getLogger("jobledger.enqueue")
@@ -131,6 +132,7 @@ class Engine:
         `enqueue_many`, shared with the sync path (jobledger.sync)."""
         stamp = self._stamp()
         ctx = context.current()
+        tracing = tracing_of(self.observers)  # a producer span per job when tracing is on
         plan = EnqueuePlan([None] * len(items))
         lossy: list[tuple[int, NewJob]] = []
         first: dict[str, int] = {}  # dedupe key -> the item that has it first in this call
@@ -151,7 +153,10 @@ class Engine:
                 continue
             first[dedupe] = index
             change = self.enqueued_change(
-                item, job_id=job_id, stamp=stamp, traceparent=ctx.traceparent
+                item,
+                job_id=job_id,
+                stamp=stamp,
+                traceparent=enqueue_traceparent(tracing, item.target, job_id, ctx.traceparent),
             )
             plan.changes.append(change)
             plan.slots.append(index)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -117,30 +118,110 @@ def test_a_job_without_traceparent_gets_a_root_span(
     assert span.parent is None and span.status.status_code == StatusCode.UNSET
 
 
-async def test_end_to_end_through_enqueue_and_the_runtime(
-    provider: TracerProvider, exporter: InMemorySpanExporter, clock: FakeClock
-) -> None:
+def by_name(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+    return {span.name: span for span in exporter.get_finished_spans()}
+
+
+async def run_one(
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    clock: FakeClock,
+    handler: Recorder,
+    *,
+    lane: str = "long",
+    parent_span: bool = True,
+) -> Job:
+    """Enqueue one job (under an HTTP span unless `parent_span` is False) and let the
+    real runtime run it until its run span is exported."""
     store = MemoryStore(8)
     await store.open()
     engine = Engine(store, clock=clock, settings=dataclasses.replace(Settings(), partitions=8))
-    handler = Recorder()
-    engine.targets.register("report:daily", "long", handler)
+    engine.targets.register("report:daily", lane, handler, delivery_mode="at_least_once")
     engine.observers.add(TracingObserver(provider))
     runtime = Runtime(engine, pod_id="pod-trace")
     await runtime.start()
     try:
         tracer = provider.get_tracer("test")
-        with tracer.start_as_current_span("http POST /orders") as parent, traced_enqueue_context():
+        with contextlib.ExitStack() as stack:
+            if parent_span:
+                stack.enter_context(tracer.start_as_current_span("http POST /orders"))
+                stack.enter_context(traced_enqueue_context())
             async with engine.transaction() as tx:
-                await engine.enqueue("report:daily", {"day": 1}, tx=tx)
+                enqueued = await engine.enqueue("report:daily", {"day": 1}, tx=tx)
         await until(lambda: len(run_spans(exporter)) == 1)
+        job = handler.calls[0]
+        assert job.id == enqueued.job_id
+        return job
     finally:
         await runtime.stop()
         await store.close()
-    (job,) = handler.calls
-    expected = parent.get_span_context()
-    assert job.traceparent is not None and f"{expected.span_id:016x}" in job.traceparent
-    (span,) = run_spans(exporter)
-    assert span.parent is not None and span.parent.span_id == expected.span_id
-    assert span.context.trace_id == expected.trace_id
-    assert span.attributes is not None and span.attributes["jobledger.job.result"] == "ok"
+
+
+async def test_enqueue_makes_a_producer_span_and_the_handler_runs_inside_its_run_span(
+    provider: TracerProvider, exporter: InMemorySpanExporter, clock: FakeClock
+) -> None:
+    tracer = provider.get_tracer("handler")
+
+    class Render(Recorder):
+        async def __call__(self, job: Job) -> None:
+            await super().__call__(job)
+            with tracer.start_as_current_span("render pdf"), tracer.start_as_current_span("upload"):
+                pass
+
+    job = await run_one(provider, exporter, clock, Render())
+    spans = by_name(exporter)
+    http, producer = spans["http POST /orders"], spans["job.enqueue report:daily"]
+    run, inner = spans["job.run report:daily"], spans["render pdf"]
+    assert producer.kind == SpanKind.PRODUCER and run.kind == SpanKind.CONSUMER
+    assert producer.parent is not None and producer.parent.span_id == http.context.span_id
+    # the job carries the producer span's context (JobEnqueued's traceparent)
+    assert job.traceparent == (
+        f"00-{producer.context.trace_id:032x}-{producer.context.span_id:016x}"
+        f"-{producer.context.trace_flags:02x}"
+    )
+    assert run.parent is not None and run.parent.span_id == producer.context.span_id
+    assert [link.context.span_id for link in run.links] == [producer.context.span_id]
+    # spans the handler opens nest under its run span, in the enqueuer's trace
+    assert inner.parent is not None and inner.parent.span_id == run.context.span_id
+    assert spans["upload"].parent is not None
+    assert spans["upload"].parent.span_id == inner.context.span_id
+    assert {s.context.trace_id for s in spans.values()} == {http.context.trace_id}
+    assert run.attributes is not None
+    assert run.attributes["jobledger.job.result"] == "ok"
+    assert run.attributes["jobledger.job.id"] == job.id
+    assert run.start_time is not None and inner.start_time is not None
+    assert run.start_time <= inner.start_time and inner.end_time <= run.end_time  # type: ignore[operator]
+
+
+async def test_a_failing_handler_records_its_exception_on_the_run_span(
+    provider: TracerProvider, exporter: InMemorySpanExporter, clock: FakeClock
+) -> None:
+    handler = Recorder()
+    handler.always = RuntimeError("partner answered 503")
+    await run_one(provider, exporter, clock, handler, lane="fast", parent_span=False)
+    spans = by_name(exporter)
+    run, producer = spans["job.run report:daily"], spans["job.enqueue report:daily"]
+    assert producer.parent is None  # no active span at enqueue: the producer is the root
+    assert run.parent is not None and run.parent.span_id == producer.context.span_id
+    assert run.status.status_code == StatusCode.ERROR
+    assert run.attributes is not None and run.attributes["jobledger.job.result"] == "failed"
+    (event,) = [e for e in run.events if e.name == "exception"]
+    assert event.attributes is not None
+    assert event.attributes["exception.message"] == "partner answered 503"
+
+
+def test_a_run_whose_outcome_never_came_is_ended_as_unrecorded(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    observer = TracingObserver(provider)
+    job = job_with(None)
+    observer.open_run(job)  # its outcome was never recorded (the store failed)
+    observer.open_run(job)  # the next run of the job ends the forgotten span
+    (first,) = run_spans(exporter)
+    assert first.attributes is not None
+    assert first.attributes["jobledger.job.result"] == "unrecorded"
+    observer.run_finished(RunRecord(job, "ok", 1.0, 1, None, T0))
+    assert [s.attributes["jobledger.job.result"] for s in run_spans(exporter)] == [  # type: ignore[index]
+        "unrecorded",
+        "ok",
+    ]

@@ -1,12 +1,19 @@
-"""OpenTelemetry: the enqueuer's trace continues into each run of the job.
+"""OpenTelemetry: enqueue makes a producer span, each run a consumer span the handler
+runs inside, linked to it.
 
 Only `opentelemetry-api` is needed at run time (the `otel` extra); without it every
 function here degrades to a no-op. The application installs an SDK and exporter.
 
 * At enqueue: `traced_enqueue_context()` puts the active span's W3C `traceparent` (and
-  its trace id) into `jobledger.core.context`, which `Engine.enqueue` stores on the job.
-* At run: `TracingObserver` records a span `job.run <target>` per run, child of the
-  enqueue-time span context, with the job's code, target, attempts and result.
+  its trace id) into `jobledger.core.context`; `Engine.enqueue` then opens and ends a
+  producer span `job.enqueue <target>` under the active span (or that traceparent) and
+  stores the producer span's traceparent on the job (JobEnqueued's metadata).
+* At run: `traced_run` (tracing_spans.py) opens the consumer span `job.run <target>` —
+  child of the producer span, with a link to it — and makes it the active span while
+  the handler runs, so spans the handler opens nest under it. `TracingObserver` ends
+  it when the outcome is decided (`run_finished`), with the job's code, target,
+  attempts and result. A run that had no live span (a record from elsewhere) gets its
+  span recorded afterwards from its start time and duration.
 """
 
 from __future__ import annotations
@@ -18,21 +25,31 @@ from typing import Any
 
 from jobledger.core import context
 from jobledger.domain.events import Actor
+from jobledger.domain.jobs import Job
 from jobledger.observability.observe import Observer, RunRecord
 
 try:
     from opentelemetry import trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     _PROPAGATOR: Any = TraceContextTextMapPropagator()
+    #: an empty context: a run without an enqueue-time span starts a trace of its own
+    #: instead of nesting under whatever span happens to be active in the worker
+    _ROOT_CONTEXT: Any = Context()
 except ImportError:  # pragma: no cover - the otel extra is not installed
     trace = None  # type: ignore[assignment]
     _PROPAGATOR = None
+    _ROOT_CONTEXT = None
 
 # results of a run that mark its span as an error
 ERROR_RESULTS = {"failed", "dead", "deferred", "dropped", "lost"}
 TRACER_NAME = "jobledger"
+#: open run spans kept for their outcome at most; one whose outcome never came (the
+#: store failed to record it) is ended as `unrecorded` after this long or past the cap
+STALE_RUN_S = 600.0
+MAX_OPEN_RUNS = 10_000
 
 
 def current_traceparent() -> str | None:
@@ -76,39 +93,107 @@ def parent_context(traceparent: str | None) -> Any:
     return _PROPAGATOR.extract({"traceparent": traceparent})
 
 
-class TracingObserver(Observer):
-    """One span per run, parented on the job's enqueue-time traceparent.
+def job_attributes(job: Job) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "jobledger.job.id": job.id,
+        "jobledger.job.code": job.code,
+        "jobledger.job.target": job.target,
+        "jobledger.job.lane": job.lane.value,
+        "jobledger.job.dedupe_key": job.dedupe_key,
+    }
+    if job.key is not None:
+        attributes["jobledger.job.key"] = job.key
+    return attributes
 
-    The span is recorded when the outcome is known, with the run's real start time
-    (`RunRecord.started_at`) and duration, so its result attribute is the decided one.
+
+class TracingObserver(Observer):
+    """Producer spans at enqueue, consumer spans per run (see the module's text).
+
+    A live run span (`open_run`) waits in `_open` for its outcome (`run_finished`),
+    keyed by job id; a record without one gets a span from its start and duration.
     """
 
     def __init__(self, tracer_provider: Any = None) -> None:
         self.enabled = trace is not None
+        self._open: dict[str, tuple[Any, float]] = {}  # job id -> (span, monotonic start)
         if trace is not None:
             provider = tracer_provider or trace.get_tracer_provider()
             self.tracer = provider.get_tracer(TRACER_NAME)
 
+    # --- enqueue -------------------------------------------------------------------------
+    def producer(self, target: str, job_id: str, traceparent: str | None) -> str | None:
+        """Record the producer span of one enqueue and return its traceparent for the
+        job; its parent is the active span, else the context's `traceparent`."""
+        active = trace.get_current_span().get_span_context().is_valid
+        span = self.tracer.start_span(
+            f"job.enqueue {target}",
+            context=None if active else parent_context(traceparent),
+            kind=SpanKind.PRODUCER,
+            attributes={"jobledger.job.id": job_id, "jobledger.job.target": target},
+        )
+        span.end()
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier.get("traceparent") or traceparent  # a no-op provider makes none
+
+    # --- runs ----------------------------------------------------------------------------
+    def open_run(self, job: Job) -> Any:
+        """Start the consumer span of a run (the caller makes it current); it ends at
+        `run_finished` for this job."""
+        now = time.monotonic()
+        self._end_stale(job.id, now)
+        parent = parent_context(job.traceparent)
+        links = []
+        if parent is not None:
+            producer = trace.get_current_span(parent).get_span_context()
+            if producer.is_valid:
+                links.append(Link(producer))
+        span = self.tracer.start_span(
+            f"job.run {job.target}",
+            context=parent if parent is not None else _ROOT_CONTEXT,
+            kind=SpanKind.CONSUMER,
+            attributes=job_attributes(job),
+            links=links,
+        )
+        self._open[job.id] = (span, now)
+        return span
+
+    def _end_stale(self, job_id: str, now: float) -> None:
+        stale = [job_id] if job_id in self._open else []
+        for key, (_, started) in self._open.items():
+            if now - started < STALE_RUN_S and len(self._open) - len(stale) < MAX_OPEN_RUNS:
+                break
+            stale.append(key)
+        for key in stale:
+            found = self._open.pop(key, None)
+            if found is not None:
+                found[0].set_attribute("jobledger.job.result", "unrecorded")
+                found[0].end()
+
     def run_finished(self, record: RunRecord) -> None:
         if not self.enabled:
             return
+        live = self._open.pop(record.job.id, None)
+        if live is not None:
+            span = live[0]
+            span.set_attribute("jobledger.job.attempts", record.attempts)
+            span.set_attribute("jobledger.job.result", record.result)
+            if record.result in ERROR_RESULTS:
+                span.set_status(Status(StatusCode.ERROR, record.error or record.result))
+            span.end()
+            return
+        self._record_afterwards(record)
+
+    def _record_afterwards(self, record: RunRecord) -> None:
         job = record.job
         duration_ns = int(record.duration_ms * 1_000_000)
         if record.started_at is not None:
             start_ns = int(record.started_at.timestamp() * 1_000_000_000)
         else:
             start_ns = time.time_ns() - duration_ns
-        attributes: dict[str, Any] = {
-            "jobledger.job.id": job.id,
-            "jobledger.job.code": job.code,
-            "jobledger.job.target": job.target,
-            "jobledger.job.lane": job.lane.value,
-            "jobledger.job.attempts": record.attempts,
-            "jobledger.job.result": record.result,
-            "jobledger.job.dedupe_key": job.dedupe_key,
-        }
-        if job.key is not None:
-            attributes["jobledger.job.key"] = job.key
+        attributes = job_attributes(job)
+        attributes["jobledger.job.attempts"] = record.attempts
+        attributes["jobledger.job.result"] = record.result
         span = self.tracer.start_span(
             f"job.run {job.target}",
             context=parent_context(job.traceparent),

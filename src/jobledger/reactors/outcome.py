@@ -23,6 +23,7 @@ from jobledger.domain.job_outcomes import Outcome, OutcomePolicy, Result, RunRes
 from jobledger.domain.jobs import Job, Stamp
 from jobledger.observability.logs import log_run_line, run_line_level
 from jobledger.observability.observe import RunRecord
+from jobledger.observability.tracing_spans import traced_run
 from jobledger.reactors.pause import PauseMap
 
 if TYPE_CHECKING:
@@ -60,9 +61,12 @@ class OutcomePath:
         error: BaseException | None = None
         token = context.enter_job(job.trace_id, job.traceparent, job.actor)
         try:
-            await target.handler(job)
-        except Exception as exc:  # every handler failure is classified, none escapes
-            error = exc
+            with traced_run(self.engine.observers, job) as span:  # spans nest under it
+                try:
+                    await target.handler(job)
+                except Exception as exc:  # every handler failure is classified
+                    error = exc
+                    span.failed(exc)
         finally:
             context.leave(token)
         return classify(error, (time.perf_counter() - started) * 1000.0)

@@ -34,6 +34,7 @@ from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Job, NewJob, Stamp
 from jobledger.observability.logs import log_run_line
 from jobledger.observability.observe import RunRecord
+from jobledger.observability.tracing_spans import traced_run
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -109,11 +110,15 @@ class LossyRunner:
         started_at = self.engine.clock.now()
         began = time.perf_counter()
         error: str | None = None
-        with context.job_context(job.trace_id, job.traceparent, job.actor):
+        with (
+            context.job_context(job.trace_id, job.traceparent, job.actor),
+            traced_run(self.engine.observers, job) as span,
+        ):
             try:
                 await target.handler(job)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
+                span.failed(exc)
         duration_ms = (time.perf_counter() - began) * 1000
         record = RunRecord(
             job, "ok" if error is None else "dropped", duration_ms, 1, error, started_at
