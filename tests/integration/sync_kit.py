@@ -15,13 +15,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jobledger import App
 from jobledger.config.settings import Settings
+from jobledger.domain.errors import InvalidArgument, InvalidPayload, JobledgerError, UnknownTarget
 from jobledger.domain.jobs import Job
 
 LONG = "mail:welcome"
 FAST = "fast:audit"
-SETTINGS = Settings(safety_poll_s=60.0)
+SETTINGS = Settings(safety_poll_s=60.0, max_payload_bytes=1000)
+
+#: what each helper must refuse as the async path does (test_sync_enqueue.py runs the
+#: whole table of tests/contract/test_enqueue_input.py through the shared sync core):
+#: (enqueue options, the error, what it says)
+REFUSED: list[tuple[dict[str, Any], type[JobledgerError], str]] = [
+    ({"target": "nope"}, UnknownTarget, "nope"),
+    ({"payload": {"blob": "x" * 2000}}, InvalidPayload, "over the 1000-byte limit"),
+    ({"payload": {"x": object()}}, InvalidPayload, "not JSON"),
+    ({"payload": {"n": 2**63}}, InvalidPayload, "64-bit range"),
+    ({"key": ""}, InvalidArgument, "key must not be empty"),
+    ({"dedupe_key": ""}, InvalidArgument, "dedupe_key"),
+    ({"code": "c" * 513}, InvalidArgument, "code is 513 bytes"),
+]
+
+
+def each_refused(enqueue: Callable[..., Any]) -> None:
+    """Call `enqueue(target, payload, **options)` with every REFUSED input; each must
+    raise its error before anything is written."""
+    for given, error, says in REFUSED:
+        options = {"target": FAST, "payload": {"ok": 1}, **given}
+        with pytest.raises(error, match=says):
+            enqueue(options.pop("target"), options.pop("payload"), **options)
 
 
 @dataclass
