@@ -6,14 +6,18 @@ Screenshots go to test-artifacts/."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 
+from jobledger.core.clock import FakeClock
 from jobledger.engine import Engine
+from jobledger.reactors.scheduler import Scheduler
 from jobledger.storage.sqlite import SqliteStore
-from tests.e2e.app_setup import FLAKY, OK
+from tests.e2e.app_setup import FLAKY, OK, slot
 from tests.e2e.cdp import Browser, Page
 from tests.e2e.procs import jobledger
 from tests.e2e.test_admin_page_browser import ARTIFACTS, _need_chromium
@@ -63,6 +67,11 @@ async def _seed(path: Path) -> list[str]:
                 )
             assert done.job_id
             ids.append(done.job_id)
+        # the hourly schedule was declared three hours ago and no pod ticked since
+        past = Engine(store, clock=FakeClock(datetime.now(UTC) - timedelta(hours=3)))
+        scheduler = Scheduler(past)
+        scheduler.declare("e2e_hourly", "0 * * * *", slot)
+        await scheduler.sync()
         for target, count in ((OK, 5), (DOWN, 2)):
             for n in range(count):
                 async with engine.transaction() as tx:
@@ -89,6 +98,16 @@ def _wait_paused(http: httpx.Client) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"{DOWN} was not paused or the ok jobs did not succeed")
+
+
+def _wait_slot_ran(http: httpx.Client, code: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        body = http.get(f"/api/v1/schedules/{code}/history").json()
+        if any(e.get("outcome") == "ran" for e in body["entries"]):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no slot of {code} ran")
 
 
 def _sign_in(page: Page, base: str, key: str) -> None:
@@ -147,11 +166,12 @@ def test_operator_views_in_chromium(tmp_path: Path) -> None:
 
             # the dashboard: tiles agree with the API, charts drawn with the stylesheet
             _wait_paused(api)
+            _wait_slot_ran(api, "e2e_hourly")  # the last job to settle: the numbers hold still
             page.goto(f"{base}/admin/dashboard")
             numbers = api.get("/api/v1/dashboard").json()
             assert page.text("[data-tile=dead] b") == str(numbers["queue"]["dead"]) == "2"
             assert page.text("[data-tile=pending] b") == str(numbers["queue"]["pending"])
-            assert page.text("[data-tile=succeeded] b") == "5"
+            assert page.text("[data-tile=succeeded] b") == "6"  # 5 ok jobs and a slot
             charts = page.js(
                 "[...document.querySelectorAll('svg.chart')].map(s => {"
                 " const r = s.getBoundingClientRect(); return [r.width, r.height]; })"
@@ -163,13 +183,28 @@ def test_operator_views_in_chromium(tmp_path: Path) -> None:
                 "[...document.querySelectorAll('#throughput-chart rect.hover title')]"
                 ".map(t => t.textContent)"
             )
-            assert len(tips) == 60 and any("succeeded 5" in t or "dead 2" in t for t in tips)
+            succeeded = [int(m.group(1)) for t in tips if (m := re.search(r"succeeded (\d+)", t))]
+            assert len(tips) == len(succeeded) == 60 and sum(succeeded) == 6
             assert DOWN in page.text("#paused") and "paused since" in page.text("#paused")
             assert page.js(f"!!document.querySelector('tr[data-target=\"{DOWN}\"] .badge')")
             page.screenshot(ARTIFACTS / "admin-dashboard.png")
             page.click("#ranges a:nth-child(2)")
             assert "range=24h" in page.js("location.search")
             assert page.js("document.querySelectorAll('#throughput-chart rect.hover').length") == 24
+
+            # the schedule's history: slots missed while no pod ticked, the newest one ran
+            page.goto(f"{base}/admin/schedules")
+            page.click("tr[data-code=e2e_hourly] td a")
+            assert page.js("location.pathname") == "/admin/schedules/e2e_hourly"
+            rows = page.js(
+                "[...document.querySelectorAll('#runs tbody tr')]"
+                ".map(r => [r.dataset.kind, r.dataset.outcome || r.dataset.event])"
+            )
+            assert rows[:2] == [["slot", "ran"], ["missed", "missed"]], rows
+            assert rows[-1] == ["change", "ScheduleDeclared"]
+            assert "no pod ticked them in time" in page.text("tr[data-kind=missed]")
+            assert page.text("#slot-counts").count("\n") >= 4
+            page.screenshot(ARTIFACTS / "admin-schedule-history.png")
 
             # a viewer reads why there are no buttons
             viewer = browser.new_page()

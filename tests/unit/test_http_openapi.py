@@ -133,6 +133,7 @@ _PAGES = [
     ("/admin/schedules/{code}/override", "POST"),
     ("/admin/api", "GET"),
     ("/admin/dashboard", "GET"),
+    ("/admin/schedules/{code}", "GET"),
 ]
 _APP = _app()
 
@@ -152,6 +153,7 @@ _APP = _app()
                 "limit",
                 "hours",
                 "range",
+                "before",
                 "after",
                 "next",
                 "token",

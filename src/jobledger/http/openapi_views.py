@@ -7,6 +7,7 @@ from typing import Any
 
 from jobledger.http.dashboard import DEPTH_NAMES, OUTCOME_NAMES, RANGES
 from jobledger.http.openapi import (
+    _NSTR,
     _NTIME,
     _OUTCOMES,
     _STR,
@@ -15,6 +16,7 @@ from jobledger.http.openapi import (
     TEXT,
     _obj,
     _op,
+    _path,
     _query,
     _ref,
 )
@@ -57,11 +59,100 @@ SCHEMAS: dict[str, Any] = {
             "oldest_pending_age_s": _AGE,
         }
     ),
+    "HistoryEntry": {
+        **_obj(
+            {
+                "kind": {"type": "string", "enum": ["slot", "missed", "change"]},
+                "at": _TIME,
+                "versions": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "slot": _STR,
+                "outcome": {
+                    "type": "string",
+                    "description": "slot: ran, skipped, enqueued (no record yet), or its"
+                    " job's state: pending, running, dead, skipped, cancelled, expired, unknown",
+                },
+                "reason": _NSTR,
+                "detail": _NSTR,
+                "stage": {"type": ["string", "null"], "enum": ["tick", "run", None]},
+                "job_id": _NSTR,
+                "attempts": {"type": ["integer", "null"]},
+                "dropped": _COUNT,
+                "count_exact": {"type": "boolean"},
+                "first_slot": _STR,
+                "newest_slot": _STR,
+                "action": _STR,
+                "event": _STR,
+                "actor": _ref("Actor"),
+            },
+            optional=(
+                "slot",
+                "outcome",
+                "reason",
+                "detail",
+                "stage",
+                "job_id",
+                "attempts",
+                "dropped",
+                "count_exact",
+                "first_slot",
+                "newest_slot",
+                "action",
+                "event",
+                "actor",
+            ),
+        ),
+    },
+    "ScheduleHistory": _obj(
+        {
+            "code": _STR,
+            "next_run_at": {
+                **_NTIME,
+                "description": "null when nothing will run (disabled, no future slot)",
+            },
+            "state": _STR,
+            "entries": {"type": "array", "items": _ref("HistoryEntry")},
+            "counts": _obj({k: _COUNT for k in ("ran", "skipped", "dead", "missed", "other")}),
+            "first_version": {"type": ["integer", "null"]},
+            "last_version": {"type": ["integer", "null"]},
+            "stream_version": _COUNT,
+            "next": {
+                "type": ["integer", "null"],
+                "description": "pass as `before` for the older events",
+            },
+            "limit": _COUNT,
+        }
+    ),
 }
 
 
 def paths() -> dict[str, Any]:
     return {
+        f"{PREFIX}/schedules/{{code}}/history": {
+            "get": _op(
+                "A schedule's run history from the log, newest first",
+                _ref("ScheduleHistory"),
+                errors=(400, 404),
+                tag="schedules",
+                description="One entry per slot (ran, skipped with its reason, or its job's"
+                " state when the slot's record is not in the page), per missed-slots record"
+                " (how many slots were dropped and why) and per change (declared, synced,"
+                " enabled, disabled, override). A page is `limit` events of the schedule's"
+                " stream before version `before`, never the whole stream.",
+                params=[
+                    _path("code"),
+                    _query(
+                        "before",
+                        {"type": "integer", "minimum": 1, "maximum": 2**62},
+                        "stream version to page back from (the previous page's `next`)",
+                    ),
+                    _query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                        "events per page",
+                    ),
+                ],
+            )
+        },
         f"{PREFIX}/dashboard": {
             "get": _op(
                 "Queue depth, throughput and failures over time, per target and code",
