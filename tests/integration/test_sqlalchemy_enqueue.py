@@ -14,6 +14,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from jobledger.engine import Enqueued
 from jobledger.integrations import sqlalchemy as jobs
+from jobledger.observability.observe import Observer
 from tests.integration.sync_kit import FAST, LONG, SyncKit, each_refused, running
 
 
@@ -120,3 +121,45 @@ async def test_bad_input_raises_before_any_write_and_the_session_goes_on(
 def test_anything_but_a_session_or_a_connection_is_refused() -> None:
     with pytest.raises(TypeError, match="Session or Connection"):
         jobs.driver_connection(object())  # type: ignore[arg-type]
+
+
+async def test_the_enqueue_metrics_of_a_session_wait_for_its_commit(
+    kit: SyncKit, db: Engine
+) -> None:
+    """Counted at the session's commit; a rolled-back savepoint drops its own jobs' count,
+    and a rolled-back session all of them (jobs released from a savepoint included)."""
+    seen: list[tuple[str, int]] = []
+
+    class Recorder(Observer):
+        def enqueued(self, target: str, count: int) -> None:
+            seen.append((target, count))
+
+    kit.app.engine.observers.add(Recorder())
+
+    def committed() -> list[tuple[str, int]]:
+        with Session(db) as session, session.begin():
+            jobs.enqueue(kit.app, session, FAST, {"n": 1})
+            with pytest.raises(Boom), session.begin_nested():
+                jobs.enqueue(kit.app, session, LONG, {"n": 2})
+                raise Boom
+            with session.begin_nested():
+                jobs.enqueue(kit.app, session, FAST, {"n": 3})
+            before_commit = list(seen)
+        return before_commit
+
+    def rolled_back() -> None:
+        with Session(db) as session:
+            # the transaction begins before the savepoint: pysqlite would otherwise take
+            # SAVEPOINT for the transaction and RELEASE for its commit (docs/sync-callers.md)
+            jobs.enqueue(kit.app, session, LONG, {"n": 4})
+            with session.begin_nested():
+                jobs.enqueue(kit.app, session, LONG, {"n": 5})
+            session.rollback()
+            session.commit()  # nothing left to count
+
+    assert await asyncio.to_thread(committed) == []
+    assert seen == [(FAST, 1), (FAST, 1)]
+    await asyncio.to_thread(rolled_back)
+    assert seen == [(FAST, 1), (FAST, 1)]
+    enqueued = [e for e in await kit.app.pod.store.read_log(0, limit=50) if e.type == "JobEnqueued"]
+    assert sorted(e.data["payload"]["n"] for e in enqueued) == [1, 3]

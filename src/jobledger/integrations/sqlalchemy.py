@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import event
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
 from jobledger.domain.jobs import NewJob
 from jobledger.engine import Engine, Enqueued
 from jobledger.integrations import sync
+from jobledger.storage.port import Transaction, run_after_commit
 
 
 def enqueue(
@@ -37,7 +39,53 @@ def enqueue(
 def enqueue_many(
     app: sync.HasEngine | Engine, bind: Session | Connection, items: Sequence[NewJob]
 ) -> list[Enqueued]:
-    return sync.enqueue_many(app, driver_connection(bind), items)
+    """On a `Session`, what runs after the commit (the enqueue metrics) waits for the
+    session's commit and is dropped by a rollback of the transaction (or savepoint) the
+    job was enqueued in; on a `Connection` it runs at once, as on a bare connection."""
+    conn = driver_connection(bind)
+    if not isinstance(bind, Session):
+        return sync.enqueue_many(app, conn, items)
+    tx = Transaction(conn)
+    results = sync.enqueue_many(app, tx, items)
+    if tx.hooks:
+        _after_commit(bind, tx)
+    return results
+
+
+_PENDING = "jobledger.after_commit"  # session.info: [(SessionTransaction, Transaction)]
+
+
+def _after_commit(session: Session, tx: Transaction) -> None:
+    if not event.contains(session, "after_commit", _run_pending):
+        event.listen(session, "after_commit", _run_pending)
+        event.listen(session, "after_soft_rollback", _drop_rolled_back)
+    current = session.get_nested_transaction() or session.get_transaction()
+    session.info.setdefault(_PENDING, []).append((current, tx))
+
+
+def _run_pending(session: Session) -> None:
+    if session.get_nested_transaction() is not None:  # a savepoint released, not the root
+        return
+    for _, tx in session.info.pop(_PENDING, []):
+        run_after_commit(tx)
+
+
+def _drop_rolled_back(session: Session, previous_transaction: SessionTransaction) -> None:
+    """A rollback of `previous_transaction` drops what was enqueued in it or in a
+    savepoint inside it."""
+    pending = session.info.get(_PENDING)
+    if pending:
+        session.info[_PENDING] = [
+            (where, tx) for where, tx in pending if not _inside(where, previous_transaction)
+        ]
+
+
+def _inside(where: SessionTransaction | None, rolled_back: SessionTransaction) -> bool:
+    while where is not None:
+        if where is rolled_back:
+            return True
+        where = where.parent
+    return False
 
 
 def driver_connection(bind: Session | Connection) -> Any:
