@@ -129,7 +129,7 @@ class Engine:
 
     def plan_enqueue(self, items: Sequence[NewJob], *, tx: Any) -> EnqueuePlan:
         """Validate `items` and build their changes (no I/O): the first half of
-        `enqueue_many`, shared with the sync path (jobledger.sync)."""
+        `enqueue_many`, shared with the sync path (jobledger.integrations.sync)."""
         stamp = self._stamp()
         ctx = context.current()
         tracing = tracing_of(self.observers)  # a producer span per job when tracing is on
