@@ -8,8 +8,9 @@
 The job is validated and built exactly as `await app.enqueue(...)` does it
 (`Engine.plan_enqueue` / `settle_enqueue`: the same input rules, dedupe, ids and
 results) and written with the store's own row encoding on the caller's connection,
-inside the caller's transaction; nothing here opens, commits or rolls back a
-transaction. The workers learn of the commit as of any other connection's: PostgreSQL's
+inside the caller's transaction; nothing here commits or rolls back (a `sqlite3`
+connection not yet in a transaction is begun, as its first INSERT would have begun it
+— IMMEDIATE — and the caller commits it). The workers learn of the commit as of any other connection's: PostgreSQL's
 NOTIFY goes out with the commit, SQLite workers see `PRAGMA data_version` move on their
 next watch tick (25 ms). The connection must reach the app's store: the same SQLite
 file, the same PostgreSQL database (the store's schema is named in every statement).
