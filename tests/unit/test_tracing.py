@@ -162,9 +162,12 @@ async def test_enqueue_makes_a_producer_span_and_the_handler_runs_inside_its_run
 ) -> None:
     tracer = provider.get_tracer("handler")
 
+    sent_on: list[str | None] = []  # what a Kafka send in the handler would carry
+
     class Render(Recorder):
         async def __call__(self, job: Job) -> None:
             await super().__call__(job)
+            sent_on.append(context.current().traceparent)
             with tracer.start_as_current_span("render pdf"), tracer.start_as_current_span("upload"):
                 pass
 
@@ -181,6 +184,9 @@ async def test_enqueue_makes_a_producer_span_and_the_handler_runs_inside_its_run
     )
     assert run.parent is not None and run.parent.span_id == producer.context.span_id
     assert [link.context.span_id for link in run.links] == [producer.context.span_id]
+    assert sent_on == [
+        f"00-{run.context.trace_id:032x}-{run.context.span_id:016x}-{run.context.trace_flags:02x}"
+    ]
     # spans the handler opens nest under its run span, in the enqueuer's trace
     assert inner.parent is not None and inner.parent.span_id == run.context.span_id
     assert spans["upload"].parent is not None

@@ -16,9 +16,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from jobledger.core import context
 from jobledger.domain.jobs import Job
 from jobledger.observability.observe import Observers
-from jobledger.observability.tracing import TracingObserver
+from jobledger.observability.tracing import TracingObserver, current_traceparent
 
 try:
     from opentelemetry import context as otel_context
@@ -61,9 +62,18 @@ def traced_run(observers: Observers, job: Job) -> Iterator[RunSpan]:
         yield _NO_SPAN
         return
     span = tracing.open_run(job)
-    token = otel_context.attach(trace.set_span_in_context(span))
+    active = trace.set_span_in_context(span)
+    token = otel_context.attach(active)
+    # what the handler sends on (the Kafka target's traceparent header, an enqueue
+    # without an active span) continues from the run span, not from the producer
+    current = context.current()
     try:
-        yield RunSpan(span)
+        with context.request_context(
+            trace_id=current.trace_id,
+            traceparent=current_traceparent() or current.traceparent,
+            actor=current.actor,
+        ):
+            yield RunSpan(span)
     finally:
         otel_context.detach(token)
 
