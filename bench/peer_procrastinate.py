@@ -420,9 +420,10 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
         )
         for side, rounds in (("jobledger", jl["tx"]), ("procrastinate", pr["tx"])):
             raw, ms = med(rounds, "raw_ms"), med(rounds, "ms")
+            each = ", ".join(f"{x['ms']:.2f}/{x['raw_ms']:.2f}" for x in rounds)
             print(
                 f"  {side:13s} raw BEGIN;INSERT;COMMIT {raw:6.2f} ms   + enqueue {ms:6.2f} ms"
-                f"   ({ms / raw:.2f}x its raw)"
+                f"   ({ms / raw:.2f}x its raw; rounds, with/raw: {each})"
             )
         ratio = med(jl["tx"], "ms") / med(pr["tx"], "ms")
         print(f"  ratio jobledger / procrastinate: {ratio:.2f}x")

@@ -17,6 +17,7 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import Actor, verify_chain
 from jobledger.domain.jobs import Change, NewJob, Stamp
+from jobledger.storage.jsontext import dumps
 from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.statements import (
     EVENT_COLUMNS,
@@ -236,3 +237,54 @@ async def test_a_large_batch_on_a_latin1_connection_keeps_its_text(
         await conn.commit()
     assert {j.id: j for j in await pg.all_jobs()} == {c.row.id: c.row for c in changes}
     assert await pg.read_log(0, limit=1000) == [c.events[0] for c in changes]
+
+
+async def test_one_job_at_a_time_writes_what_the_batch_writes(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    """A single enqueue goes through its own statement (scalar parameters): every field
+    the domain computed, the event's exact text, positions growing within the
+    transaction, its wake-up, and a seen dedupe key writing nothing."""
+    changes = batch(clock, "one", 12)
+    feed = pg.feed()
+    waiting = asyncio.ensure_future(anext(feed))
+    async with pg.transaction() as tx:
+        for change in changes[:6]:
+            assert await pg.append_in(tx, [change]) == [True]
+        assert await pg.append_in(tx, changes[6:9]) == [True] * 3  # the batch statement
+        for change in changes[9:]:
+            assert await pg.append_in(tx, [change]) == [True]
+        await business_write(tx, "kept")
+    assert {j.id: j for j in await pg.all_jobs()} == {c.row.id: c.row for c in changes}
+    keys = await pg._tuples(f"SELECT id, order_key FROM {pg.s}.jobs")
+    assert dict(keys) == {c.row.id: c.row.order_key.encode() for c in changes}
+    log = await pg.read_log(0, limit=100)
+    assert log == [c.events[0] for c in changes] and verify_chain(log) == []
+    assert len({(e.position or 0) >> 20 for e in log}) == 1  # one transaction's range
+    wake = await asyncio.wait_for(waiting, 10)
+    assert wake.partitions is not None and wake.partitions <= frozenset(range(4))
+    assert wake.lanes == frozenset({jobs.Lane.FAST})
+    # the row's payload is the event's payload text (json keeps 1e300 and -0.0 as sent)
+    numbers = job_commands.enqueued(
+        job_id="numbers",
+        spec=NewJob("kafka:t", {"big": 1e300, "neg": -0.0}),
+        code="kafka:t",
+        lane=jobs.Lane.FAST,
+        partition=1,
+        dedupe_key="numbers",
+        stamp=Stamp(clock.now()),
+    )
+    assert await pg.apply([numbers]) == [True]
+    differ = await pg._value(
+        f"SELECT count(*) FROM {pg.s}.jobs j JOIN {pg.s}.events e ON e.stream = 'job:' || j.id"
+        " WHERE j.payload::text IS DISTINCT FROM (e.data->'payload')::text"
+        " AND j.payload IS NOT NULL"
+    )
+    assert differ == 0
+    text = await pg._value(f"SELECT payload::text FROM {pg.s}.jobs WHERE id = 'numbers'")
+    assert text == dumps({"big": 1e300, "neg": -0.0}) and text.endswith('"neg":-0.0}')
+    (again,) = batch(clock, "two", 1, seen="one-3")
+    assert await pg.apply([again]) == [False]
+    async with pg.transaction() as tx:
+        assert await pg.append_in(tx, [again]) == [False]
+    assert await pg.get_job(again.row.id) is None

@@ -51,6 +51,7 @@ def opens_job(change: Change) -> bool:
 _PAYLOAD = JOB_FIELDS.index("payload")
 #: the jsonb columns of `jobs` (the payload is json: its text is kept, see migration 3)
 _JSONB_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("headers", "actor"))
+_JSON_FIELDS = (_PAYLOAD, *_JSONB_FIELDS)
 
 
 def _job_values(job: Job) -> list[Any]:
@@ -137,6 +138,35 @@ def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
         event.hash,
         _dedupe_key(change, 0, event),
     )
+
+
+def one_params(change: Change) -> list[Any]:
+    """The parameters of `Statements.enqueue_one` for a change that passes `opens_job`:
+    the event's columns after its position, the job row's (JSON columns as their text,
+    the payload's the same text as in the event's data, as `job_copy_row` writes it),
+    then the wake-up's payload (what `listen.parse_wake` reads)."""
+    job: Job = change.row
+    event = change.events[0]
+    actor = actor_json(event.actor)
+    row = _job_values(job)
+    for k in _JSON_FIELDS:
+        if row[k] is not None:
+            row[k] = dumps(row[k])
+    return [
+        event.stream,
+        event.version,
+        event.type,
+        dumps(dict(event.data)),
+        event.at,
+        None if actor is None else dumps(actor),
+        event.trace_id,
+        event.prev_hash,
+        event.hash,
+        _dedupe_key(change, 0, event),
+        *row,
+        job.order_key.encode(),
+        f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false}}',
+    ]
 
 
 def wake_params(changes: Sequence[Change]) -> dict[str, list[Any]]:

@@ -13,69 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobledger.domain.jobs import TRANSITION_FIELDS
-from jobledger.storage.postgres.schema import ORDINAL_BITS, quoted_schema
-from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
-
-JOB_COLUMNS = ", ".join(JOB_FIELDS)
-SCHEDULE_COLUMNS = ", ".join(SCHEDULE_FIELDS)
-EVENT_COLUMNS = "position, stream, version, type, data, at, actor, trace_id, prev_hash, hash"
-_EVENT_INSERT = EVENT_COLUMNS + ", dedupe_key"
-
-#: a NOTIFY payload must stay under 8000 bytes; past this the hint says "everything"
-MAX_NOTIFY = 7900
-
-#: the enqueue statement's rows: the job row (`JOB_FIELDS`), `order_key`, then these
-#: fields of the stream's first event (see `encode.opening_params`)
-OPENING_EVENT_FIELDS = (
-    "stream",
-    "version",
-    "type",
-    "at",
-    "actor",
-    "trace_id",
-    "prev_hash",
-    "hash",
-    "dedupe_key",
+from jobledger.storage.postgres.enqueue_statements import (
+    OPENING_EVENT_FIELDS as OPENING_EVENT_FIELDS,
 )
-#: the SQL type of every `jobs` column that is not text (a test compares with the table)
-JOB_TYPES = {
-    "partition": "integer",
-    "version": "bigint",
-    "payload": "json",
-    "attempts": "integer",
-    "next_run_at": "timestamptz",
-    "created_at": "timestamptz",
-    "updated_at": "timestamptz",
-    "stream_version": "integer",
-    "headers": "jsonb",
-    "actor": "jsonb",
-    "lease_until": "timestamptz",
-    "closed_at": "timestamptz",
-    "order_key": "bytea",
-}
-#: likewise for the `events` columns
-EVENT_TYPES = {
-    "position": "bigint",
-    "version": "integer",
-    "data": "json",
-    "at": "timestamptz",
-    "actor": "json",
-}
-#: the type psycopg dumps a binary COPY value of a column of each SQL type as; json and
-#: jsonb values arrive pre-encoded in their binary input form (`encode.job_copy_row`)
-_COPY_DUMPERS = {
-    "integer": "int4",
-    "bigint": "int8",
-    "timestamptz": "timestamptz",
-    "bytea": "bytea",
-    "json": "bytea",
-    "jsonb": "bytea",
-}
-
-
-def copy_types(columns: str, types: dict[str, str]) -> tuple[str, ...]:
-    """The `Copy.set_types` list of a binary COPY of `columns` (text unless in `types`)."""
-    return tuple(_COPY_DUMPERS[types[c]] if c in types else "text" for c in columns.split(", "))
+from jobledger.storage.postgres.enqueue_statements import enqueue_one_sql, enqueue_sql
+from jobledger.storage.postgres.schema import ORDINAL_BITS, quoted_schema
+from jobledger.storage.postgres.sql_parts import EVENT_COLUMNS as EVENT_COLUMNS
+from jobledger.storage.postgres.sql_parts import EVENT_INSERT, base, copy_types, notify
+from jobledger.storage.postgres.sql_parts import EVENT_TYPES as EVENT_TYPES
+from jobledger.storage.postgres.sql_parts import JOB_COLUMNS as JOB_COLUMNS
+from jobledger.storage.postgres.sql_parts import JOB_TYPES as JOB_TYPES
+from jobledger.storage.postgres.sql_parts import SCHEDULE_COLUMNS as SCHEDULE_COLUMNS
+from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
 
 
 def _compare_and_set(s: str, kind: str, table: str, key: str, columns: str, rows: str) -> str:
@@ -113,6 +62,8 @@ class Statements:
     insert_new: str
     #: the enqueue path: every change opens a job stream with one event
     enqueue: str
+    #: the same for a single job, with scalar parameters
+    enqueue_one: str
     #: the enqueue path for large batches: COPY the events and the rows (see store.py)
     last_position: str
     copy_events: str
@@ -163,83 +114,6 @@ def horizon(xmax: int, running: list[int]) -> int:
     return lowest << ORDINAL_BITS
 
 
-def _field(index: int, sql_type: str | None) -> str:
-    """Element `index` of a positional jsonb row `x.r`, as a value of `sql_type`."""
-    if sql_type == "jsonb":  # a JSON null is SQL NULL, as json_populate_recordset has it
-        return f"nullif(x.r->{index}, 'null')"
-    text = f"x.r->>{index}"
-    return f"({text})::{sql_type}" if sql_type else text
-
-
-def _notify(channel: str, parts: str, lanes: str, schedules: str, source: str) -> str:
-    """The wake-up `pg_notify` over the winners in `source` (none: no NOTIFY)."""
-    return f"""
-  SELECT pg_notify('{channel}', CASE WHEN length(x.p) > {MAX_NOTIFY} THEN '*' ELSE x.p END)
-  FROM (
-    SELECT json_build_object(
-      'p', coalesce(array_agg(DISTINCT {parts}) FILTER (WHERE {parts} IS NOT NULL), '{{}}'),
-      'l', coalesce(array_agg(DISTINCT {lanes}) FILTER (WHERE {lanes} IS NOT NULL), '{{}}'),
-      's', coalesce(bool_or({schedules}), false))::text AS p,
-      count(*) AS k
-    FROM {source}
-  ) x
-  WHERE x.k > 0
-"""
-
-
-def _base(s: str) -> str:
-    """The highest event position this transaction has written, or its range's start."""
-    return f"""base AS (
-  SELECT coalesce(
-    (SELECT max(position) FROM {s}.events
-      WHERE position >= x.lo AND position < x.lo + {1 << ORDINAL_BITS}),
-    x.lo) AS b
-  FROM (SELECT pg_current_xact_id()::text::bigint << {ORDINAL_BITS} AS lo) x
-)"""
-
-
-_PAYLOAD_FROM_DATA = (
-    "CASE WHEN json_typeof(x.d->'payload') = 'null' THEN NULL ELSE x.d->'payload' END"
-)
-
-
-def enqueue_sql(s: str, channel: str) -> str:
-    """New job streams of one event each, from `encode.opening_params`: the events with
-    `ON CONFLICT DO NOTHING` (a seen dedupe key drops that job alone), the winners'
-    rows, the wake-up; returns the winners' indexes."""
-    job_cols = (*JOB_FIELDS, "order_key")
-    at = {name: len(job_cols) + k for k, name in enumerate(OPENING_EVENT_FIELDS)}
-    event_values = ", ".join(
-        "x.d" if f == "data" else _field(at[f], EVENT_TYPES.get(f))
-        for f in _EVENT_INSERT.split(", ")[1:]
-    )
-    # the payload's JSON text comes from the event's data (json keeps it; the jsonb row
-    # would rewrite its numbers); a JSON null is SQL NULL, as json_populate_recordset has it
-    job_values = ", ".join(
-        _PAYLOAD_FROM_DATA if c == "payload" else _field(k, JOB_TYPES.get(c))
-        for k, c in enumerate(job_cols)
-    )
-    part, lane = job_cols.index("partition"), job_cols.index("lane")
-    return f"""
-WITH x AS (
-  SELECT r, d, n::int - 1 AS slot
-  FROM ROWS FROM (jsonb_array_elements(%(rows)s::jsonb), json_array_elements(%(data)s::json))
-    WITH ORDINALITY AS x(r, d, n)
-),
-{_base(s)},
-nf AS (
-  INSERT INTO {s}.events ({_EVENT_INSERT})
-  SELECT base.b + 1 + x.slot, {event_values} FROM x CROSS JOIN base ORDER BY x.slot
-  ON CONFLICT DO NOTHING
-  RETURNING stream
-),
-w AS (SELECT x.* FROM x JOIN nf ON nf.stream = x.r->>{at["stream"]}),
-jn AS (INSERT INTO {s}.jobs ({", ".join(job_cols)}) SELECT {job_values} FROM w x),
-n AS ({_notify(channel, f"(x.r->>{part})::int", f"x.r->>{lane}", "false", "w x")})
-SELECT coalesce((SELECT array_agg(slot) FROM w), '{{}}'::int[]), (SELECT count(*) FROM n)
-"""
-
-
 def build(schema: str) -> Statements:
     s = quoted_schema(schema)
     channel = f"{schema}_wake"
@@ -287,9 +161,9 @@ ev AS (
     i int, slot int, fst bool, stream text, version int, type text, data json,
     at timestamptz, actor json, trace_id text, prev_hash text, hash text, dedupe_key text)
 ),
-{_base(s)},
+{base(s)},
 {existing}nf AS (
-  INSERT INTO {s}.events ({_EVENT_INSERT})
+  INSERT INTO {s}.events ({EVENT_INSERT})
   SELECT {event_values} FROM ev e JOIN ok ON ok.i = e.i CROSS JOIN base
   WHERE ok.isnew AND e.fst ORDER BY e.slot
   ON CONFLICT DO NOTHING
@@ -308,11 +182,11 @@ sn AS (
 ),
 w AS ({winners}),
 er AS (
-  INSERT INTO {s}.events ({_EVENT_INSERT})
+  INSERT INTO {s}.events ({EVENT_INSERT})
   SELECT {event_values} FROM ev e JOIN w ON w.i = e.i CROSS JOIN base
   WHERE NOT e.fst ORDER BY e.slot
 ),
-n AS ({_notify(channel, "c.part", "c.lane", "c.kind = 'schedule'", "w JOIN c ON c.i = w.i")})
+n AS ({notify(channel, "c.part", "c.lane", "c.kind = 'schedule'", "w JOIN c ON c.i = w.i")})
 SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) FROM n)
 """
 
@@ -325,13 +199,14 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         apply_guarded=apply_sql(True),
         insert_new=apply_sql(False, new_only=True),
         enqueue=enqueue_sql(s, channel),
-        last_position=f"WITH {_base(s)} SELECT b FROM base",
-        copy_events=f"COPY {s}.events ({_EVENT_INSERT}) FROM STDIN (FORMAT binary)",
-        copy_event_types=copy_types(_EVENT_INSERT, EVENT_TYPES),
+        enqueue_one=enqueue_one_sql(s, channel),
+        last_position=f"WITH {base(s)} SELECT b FROM base",
+        copy_events=f"COPY {s}.events ({EVENT_INSERT}) FROM STDIN (FORMAT binary)",
+        copy_event_types=copy_types(EVENT_INSERT, EVENT_TYPES),
         copy_jobs=f"COPY {s}.jobs ({JOB_COLUMNS}, order_key) FROM STDIN (FORMAT binary)",
         copy_job_types=copy_types(f"{JOB_COLUMNS}, order_key", JOB_TYPES),
         notify_jobs="SELECT count(*) FROM ("
-        + _notify(
+        + notify(
             channel,
             "x.part",
             "x.lane",

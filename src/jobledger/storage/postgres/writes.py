@@ -114,9 +114,15 @@ class WritePath(PgBase):
         return await self._winners(conn, sql, params)
 
     async def _enqueue(self, conn: Conn, items: list[tuple[int, Change]]) -> list[int]:
-        """The enqueue path (new job streams of one event each): a large batch inside a
-        transaction block is COPYed, anything else goes through the enqueue statement."""
+        """The enqueue path (new job streams of one event each): one job goes through
+        its own statement with scalar parameters, a large batch inside a transaction
+        block is COPYed, anything else goes through the enqueue statement."""
         changes = [c for _, c in items]
+        if len(changes) == 1:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.sql.enqueue_one, encode.one_params(changes[0]))
+                written = await cur.fetchone()
+            return [items[0][0]] if written else []
         if len(changes) >= COPY_FROM and _can_copy(conn) and await self._copy(conn, changes):
             return [i for i, _ in items]
         opening = encode.opening_params(changes)

@@ -1,0 +1,90 @@
+"""The enqueue statements of the PostgreSQL store (pure: no I/O): new job streams of
+one event each, from a batch (`enqueue_sql`) or a single job (`enqueue_one_sql`)."""
+
+from __future__ import annotations
+
+from jobledger.storage.postgres.sql_parts import (
+    EVENT_INSERT,
+    EVENT_TYPES,
+    JOB_TYPES,
+    base,
+    field,
+    notify,
+)
+from jobledger.storage.rows import JOB_FIELDS
+
+#: the enqueue statement's rows: the job row (`JOB_FIELDS`), `order_key`, then these
+#: fields of the stream's first event (see `encode.opening_params`)
+OPENING_EVENT_FIELDS = (
+    "stream",
+    "version",
+    "type",
+    "at",
+    "actor",
+    "trace_id",
+    "prev_hash",
+    "hash",
+    "dedupe_key",
+)
+_PAYLOAD_FROM_DATA = (
+    "CASE WHEN json_typeof(x.d->'payload') = 'null' THEN NULL ELSE x.d->'payload' END"
+)
+
+
+def enqueue_sql(s: str, channel: str) -> str:
+    """New job streams of one event each, from `encode.opening_params`: the events with
+    `ON CONFLICT DO NOTHING` (a seen dedupe key drops that job alone), the winners'
+    rows, the wake-up; returns the winners' indexes."""
+    job_cols = (*JOB_FIELDS, "order_key")
+    at = {name: len(job_cols) + k for k, name in enumerate(OPENING_EVENT_FIELDS)}
+    event_values = ", ".join(
+        "x.d" if f == "data" else field(at[f], EVENT_TYPES.get(f))
+        for f in EVENT_INSERT.split(", ")[1:]
+    )
+    # the payload's JSON text comes from the event's data (json keeps it; the jsonb row
+    # would rewrite its numbers); a JSON null is SQL NULL, as json_populate_recordset has it
+    job_values = ", ".join(
+        _PAYLOAD_FROM_DATA if c == "payload" else field(k, JOB_TYPES.get(c))
+        for k, c in enumerate(job_cols)
+    )
+    part, lane = job_cols.index("partition"), job_cols.index("lane")
+    return f"""
+WITH x AS (
+  SELECT r, d, n::int - 1 AS slot
+  FROM ROWS FROM (jsonb_array_elements(%(rows)s::jsonb), json_array_elements(%(data)s::json))
+    WITH ORDINALITY AS x(r, d, n)
+),
+{base(s)},
+nf AS (
+  INSERT INTO {s}.events ({EVENT_INSERT})
+  SELECT base.b + 1 + x.slot, {event_values} FROM x CROSS JOIN base ORDER BY x.slot
+  ON CONFLICT DO NOTHING
+  RETURNING stream
+),
+w AS (SELECT x.* FROM x JOIN nf ON nf.stream = x.r->>{at["stream"]}),
+jn AS (INSERT INTO {s}.jobs ({", ".join(job_cols)}) SELECT {job_values} FROM w x),
+n AS ({notify(channel, f"(x.r->>{part})::int", f"x.r->>{lane}", "false", "w x")})
+SELECT coalesce((SELECT array_agg(slot) FROM w), '{{}}'::int[]), (SELECT count(*) FROM n)
+"""
+
+
+def enqueue_one_sql(s: str, channel: str) -> str:
+    """One new job stream of one event, from `encode.one_params`: scalar parameters (no
+    JSON array to parse on the server), the event at this transaction's next position
+    with `ON CONFLICT DO NOTHING` (a seen dedupe key writes nothing), the row, and the
+    wake-up with the payload the caller wrote; one row back when the job was written."""
+    event_values = ", ".join(
+        f"%s::{EVENT_TYPES.get(c, 'text')}" for c in EVENT_INSERT.split(", ")[1:]
+    )
+    job_cols = (*JOB_FIELDS, "order_key")
+    job_values = ", ".join(f"%s::{JOB_TYPES.get(c, 'text')}" for c in job_cols)
+    return f"""
+WITH {base(s)},
+e AS (
+  INSERT INTO {s}.events ({EVENT_INSERT}) SELECT base.b + 1, {event_values} FROM base
+  ON CONFLICT DO NOTHING
+  RETURNING 1
+),
+j AS (INSERT INTO {s}.jobs ({", ".join(job_cols)}) SELECT {job_values} FROM e)
+SELECT pg_notify('{channel}', %s) FROM e
+"""

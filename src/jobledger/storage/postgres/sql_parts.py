@@ -1,0 +1,91 @@
+"""Pieces of SQL text the PostgreSQL statements share (pure: no I/O): the column
+lists and types of the log and the queue, the wake-up `pg_notify`, the position base of
+a writing transaction, and a positional jsonb field read."""
+
+from __future__ import annotations
+
+from jobledger.storage.postgres.schema import ORDINAL_BITS
+from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
+
+JOB_COLUMNS = ", ".join(JOB_FIELDS)
+SCHEDULE_COLUMNS = ", ".join(SCHEDULE_FIELDS)
+EVENT_COLUMNS = "position, stream, version, type, data, at, actor, trace_id, prev_hash, hash"
+EVENT_INSERT = EVENT_COLUMNS + ", dedupe_key"
+
+#: a NOTIFY payload must stay under 8000 bytes; past this the hint says "everything"
+MAX_NOTIFY = 7900
+
+#: the SQL type of every `jobs` column that is not text (a test compares with the table)
+JOB_TYPES = {
+    "partition": "integer",
+    "version": "bigint",
+    "payload": "json",
+    "attempts": "integer",
+    "next_run_at": "timestamptz",
+    "created_at": "timestamptz",
+    "updated_at": "timestamptz",
+    "stream_version": "integer",
+    "headers": "jsonb",
+    "actor": "jsonb",
+    "lease_until": "timestamptz",
+    "closed_at": "timestamptz",
+    "order_key": "bytea",
+}
+#: likewise for the `events` columns
+EVENT_TYPES = {
+    "position": "bigint",
+    "version": "integer",
+    "data": "json",
+    "at": "timestamptz",
+    "actor": "json",
+}
+#: the type psycopg dumps a binary COPY value of a column of each SQL type as; json and
+#: jsonb values arrive pre-encoded in their binary input form (`encode.job_copy_row`)
+COPY_DUMPERS = {
+    "integer": "int4",
+    "bigint": "int8",
+    "timestamptz": "timestamptz",
+    "bytea": "bytea",
+    "json": "bytea",
+    "jsonb": "bytea",
+}
+
+
+def copy_types(columns: str, types: dict[str, str]) -> tuple[str, ...]:
+    """The `Copy.set_types` list of a binary COPY of `columns` (text unless in `types`)."""
+    return tuple(COPY_DUMPERS[types[c]] if c in types else "text" for c in columns.split(", "))
+
+
+def field(index: int, sql_type: str | None) -> str:
+    """Element `index` of a positional jsonb row `x.r`, as a value of `sql_type`."""
+    if sql_type == "jsonb":  # a JSON null is SQL NULL, as json_populate_recordset has it
+        return f"nullif(x.r->{index}, 'null')"
+    text = f"x.r->>{index}"
+    return f"({text})::{sql_type}" if sql_type else text
+
+
+def notify(channel: str, parts: str, lanes: str, schedules: str, source: str) -> str:
+    """The wake-up `pg_notify` over the winners in `source` (none: no NOTIFY)."""
+    return f"""
+  SELECT pg_notify('{channel}', CASE WHEN length(x.p) > {MAX_NOTIFY} THEN '*' ELSE x.p END)
+  FROM (
+    SELECT json_build_object(
+      'p', coalesce(array_agg(DISTINCT {parts}) FILTER (WHERE {parts} IS NOT NULL), '{{}}'),
+      'l', coalesce(array_agg(DISTINCT {lanes}) FILTER (WHERE {lanes} IS NOT NULL), '{{}}'),
+      's', coalesce(bool_or({schedules}), false))::text AS p,
+      count(*) AS k
+    FROM {source}
+  ) x
+  WHERE x.k > 0
+"""
+
+
+def base(s: str) -> str:
+    """The highest event position this transaction has written, or its range's start."""
+    return f"""base AS (
+  SELECT coalesce(
+    (SELECT max(position) FROM {s}.events
+      WHERE position >= x.lo AND position < x.lo + {1 << ORDINAL_BITS}),
+    x.lo) AS b
+  FROM (SELECT pg_current_xact_id()::text::bigint << {ORDINAL_BITS} AS lo) x
+)"""
