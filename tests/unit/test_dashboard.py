@@ -45,6 +45,8 @@ async def test_depth_samples_equal_the_read_model_at_each_minute(
     for minute, expected in seen.items():
         got = {t: v for t, v in samples[minute].items() if any(v)}
         assert got == {t: v for t, v in expected.items() if any(v)}, minute
+    now = {t: v for t, v in (await depth_now(store)).items() if any(v)}
+    assert state["depth"]["now"] == now  # the running totals are the read model's
     hours = state["depth"]["hours"]
     assert hours[hour_of(clock.now())] == samples[max(samples)]
     # the same samples whether folded in pages (with look-ups) or in one go
@@ -54,21 +56,25 @@ async def test_depth_samples_equal_the_read_model_at_each_minute(
 
 
 def test_depth_samples_stay_within_their_windows() -> None:
-    state: dict[str, Any] = {"open": {}, **depth.initial()}
+    state: dict[str, Any] = depth.initial()
     start = FakeClock().now()
-    for n in range(60 * 24 * 9):  # nine days, one status change a minute
+    for n in range(60 * 24 * 9):  # nine days, a job enqueued every minute
         at = start + timedelta(minutes=n)
-        state["open"] = {f"t{n % 3}": {"c": {"PENDING": n % 7 + 1}}}
-        depth.record_depth(state, f"t{n % 3}", minute_of(at), hour_of(at))
-    assert len(state["depth"]["minutes"]) == depth.KEEP_MINUTES
-    assert len(state["depth"]["hours"]) == depth.KEEP_HOURS
-    assert all(len(sample) <= 3 for sample in state["depth"]["minutes"].values())
+        depth.record_depth(state, f"t{n % 3}", "GONE", "PENDING", minute_of(at))
+    samples = state["depth"]
+    assert len(samples["minutes"]) == depth.KEEP_MINUTES
+    assert len(samples["hours"]) == depth.KEEP_HOURS
+    assert all(len(sample) <= 3 for sample in samples["minutes"].values())
+    assert samples["minutes"][max(samples["minutes"])]["t0"] == [60 * 24 * 3, 0, 0]
     # an event older than the newest sample counts toward the newest one
-    newest = max(state["depth"]["minutes"])
-    state["open"] = {"late": {"c": {"DEAD": 2}}}
-    depth.record_depth(state, "late", minute_of(start), hour_of(start))
-    assert state["depth"]["minutes"][newest]["late"] == [0, 0, 2]
-    assert minute_of(start) not in state["depth"]["minutes"]
+    newest = max(samples["minutes"])
+    depth.record_depth(state, "t0", "PENDING", "DEAD", minute_of(start))
+    assert samples["minutes"][newest]["t0"] == [60 * 24 * 3 - 1, 0, 1]
+    assert minute_of(start) not in samples["minutes"]
+    # a target whose last open job left is dropped from the running totals
+    depth.record_depth(state, "solo", "GONE", "RUNNING", newest)
+    depth.record_depth(state, "solo", "RUNNING", "GONE", newest)
+    assert "solo" not in samples["now"] and samples["minutes"][newest]["solo"] == [0, 0, 0]
 
 
 def test_depth_series_fills_forward_and_ends_at_now() -> None:

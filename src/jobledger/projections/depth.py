@@ -17,40 +17,41 @@ minute and `keep_hours` hour samples, each one list of three per target; never p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 STATUSES = ("PENDING", "RUNNING", "DEAD")
+_INDEX = {status: n for n, status in enumerate(STATUSES)}
 KEEP_MINUTES = 120
 KEEP_HOURS = 24 * 7
 
 
 def initial() -> dict[str, Any]:
-    return {"depth": {"minutes": {}, "hours": {}}}
-
-
-def target_depth(open_jobs: Mapping[str, Any], target: str) -> list[int]:
-    """[PENDING, RUNNING, DEAD] of `target` from the stats projection's open counters."""
-    codes = open_jobs.get(target, {})
-    return [sum(counts.get(status, 0) for counts in codes.values()) for status in STATUSES]
+    return {
+        "depth": {
+            "minutes": {},
+            "hours": {},
+            "now": {},  # target -> [PENDING, RUNNING, DEAD] (targets with open jobs)
+            "newest": {"minutes": None, "hours": None},
+        }
+    }
 
 
 def _time(bucket: str) -> datetime:
     return datetime.fromisoformat(bucket.replace("Z", "+00:00"))
 
 
-def _sample(
-    samples: dict[str, Any], name: str, keep: timedelta, open_jobs: Mapping[str, Any]
-) -> dict[str, list[int]]:
+def _sample(depth: dict[str, Any], kind: str, name: str, keep_s: int) -> dict[str, list[int]]:
     """The sample to write: `name`'s, or the newest when `name` is older than it."""
-    newest = max(samples, default=None)
+    samples: dict[str, Any] = depth[kind]
+    newest: str | None = depth["newest"][kind]
     if newest is not None and name <= newest:
         found: dict[str, list[int]] = samples[newest]
         return found
-    fresh = {target: target_depth(open_jobs, target) for target in open_jobs}
+    fresh = {target: list(counts) for target, counts in depth["now"].items()}
     samples[name] = fresh
-    cutoff = _time(name) - keep
+    depth["newest"][kind] = name
+    cutoff = _time(name) - timedelta(seconds=keep_s)
     for old in [b for b in samples if _time(b) <= cutoff]:
         del samples[old]
     return fresh
@@ -59,18 +60,24 @@ def _sample(
 def record_depth(
     state: dict[str, Any],
     target: str,
+    before: str,
+    after: str,
     minute: str,
-    hour: str,
     *,
     keep_minutes: int = KEEP_MINUTES,
     keep_hours: int = KEEP_HOURS,
 ) -> None:
-    """After `target`'s open counters changed (event in `minute` / `hour`): its depth
-    now, in the current samples."""
+    """A job of `target` moved from status `before` to `after` (any of them may be
+    outside PENDING, RUNNING, DEAD: new, gone, unknown) by an event in `minute` (a bucket
+    name like `2026-03-02T09:41Z`): its depth now, in the current minute and hour
+    samples. The target's depth is kept as it goes, O(1) per event."""
     depth = state["depth"]
-    now = target_depth(state["open"], target)
-    for samples, name, keep in (
-        (depth["minutes"], minute, timedelta(minutes=keep_minutes)),
-        (depth["hours"], hour, timedelta(hours=keep_hours)),
-    ):
-        _sample(samples, name, keep, state["open"])[target] = now
+    counts = depth["now"].setdefault(target, [0, 0, 0])
+    if before in _INDEX:
+        counts[_INDEX[before]] -= 1
+    if after in _INDEX:
+        counts[_INDEX[after]] += 1
+    if not any(counts):
+        del depth["now"][target]
+    _sample(depth, "minutes", minute, 60 * keep_minutes)[target] = list(counts)
+    _sample(depth, "hours", minute[:14] + "00Z", 3600 * keep_hours)[target] = list(counts)

@@ -164,7 +164,7 @@ class StatsProjection:
             self._move(state["open"], target, code, before, after)
             job[2] = after
             if target != UNKNOWN:
-                depth.record_depth(state, target, minute_of(event.at), hour_of(event.at))
+                depth.record_depth(state, target, before, after, minute_of(event.at))
         outcome = OUTCOMES.get(event.type)
         if outcome is None:
             return
