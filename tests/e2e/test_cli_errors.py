@@ -110,6 +110,14 @@ def test_an_unreachable_postgres_server_is_one_line_within_seconds(tmp_path: Pat
         assert "Connection refused" in line
 
 
+def test_an_unreachable_mongodb_store_is_one_line_within_seconds(tmp_path: Path) -> None:
+    url = f"mongodb://127.0.0.1:{closed_port()}/jobs?directConnection=true"
+    for command in (("migrate",), ("verify",)):
+        # the driver would select a server for 30 s, then print a traceback
+        line = one_line(run("--store", url, *command, cwd=tmp_path, timeout=20))
+        assert line.startswith("jobledger: invalid_config: cannot reach the MongoDB store:")
+
+
 def test_a_wrong_app_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "shop.py").write_text("application = 1\n")
     cases = {  # (a missing module or attribute: tests/e2e/test_cli_app.py)

@@ -72,9 +72,38 @@ def configured_store(args: argparse.Namespace) -> Store:
 async def reach(store: Store) -> None:
     """Raise ConfigError (one line, exit 2) when the store's server cannot be reached:
     a PostgreSQL server that is down, refuses us or has no such database fails in one
-    line within the connect timeout instead of the pool's 30 s wait and a traceback."""
+    line within the connect timeout instead of the pool's 30 s wait and a traceback;
+    a MongoDB deployment that does not answer within 5 s likewise."""
     if store.name == "postgres":
         await _probe_postgres(cast("PostgresStore", store), need_log=False)
+    elif store.name == "mongodb" and isinstance(url := getattr(store, "url", None), str):
+        await ping_mongo(url, "the MongoDB store")
+
+
+#: how long a MongoDB server may take to answer before a command gives up
+MONGO_REACH_MS = 5000
+
+
+async def ping_mongo(url: str, what: str) -> None:
+    """Raise ConfigError (one line) unless the MongoDB deployment at `url` answers a
+    ping within MONGO_REACH_MS (the driver would wait 30 s, then print a traceback)."""
+    from pymongo import AsyncMongoClient
+    from pymongo.errors import PyMongoError
+
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+        url, serverSelectionTimeoutMS=MONGO_REACH_MS
+    )
+    try:
+        await client.admin.command("ping")
+    except PyMongoError as exc:
+        raise ConfigError(f"cannot reach {what}: {mongo_error_line(exc)}") from exc
+    finally:
+        await client.close()
+
+
+def mongo_error_line(exc: BaseException) -> str:
+    """The first line of a driver error, without its topology description."""
+    return str(exc).split(", Timeout:")[0].splitlines()[0]
 
 
 async def require_existing(store: Store) -> None:
@@ -89,6 +118,8 @@ async def require_existing(store: Store) -> None:
         return
     if store.name == "postgres":
         await _probe_postgres(cast("PostgresStore", store), need_log=True)
+        return
+    await reach(store)  # MongoDB: at least a deployment that answers
 
 
 def _require_sqlite_log(path: str) -> None:

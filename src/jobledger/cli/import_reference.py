@@ -15,7 +15,7 @@ from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobledger.cli._audit import configured_store, reach
+from jobledger.cli._audit import configured_store, mongo_error_line, reach
 from jobledger.cli.progress import Progress
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import Change
@@ -137,8 +137,9 @@ async def _run(args: argparse.Namespace) -> int:
         ) from exc
     except PyMongoError as exc:
         await client.close()
-        first = str(exc).split(", Timeout:")[0].splitlines()[0]
-        raise ConfigError(f"cannot reach the reference MongoDB (--from): {first}") from exc
+        raise ConfigError(
+            f"cannot reach the reference MongoDB (--from): {mongo_error_line(exc)}"
+        ) from exc
     collection = source[args.collection]
     await store.open()
     try:
