@@ -188,6 +188,18 @@ def test_operator_views_in_chromium(tmp_path: Path) -> None:
             assert DOWN in page.text("#paused") and "paused since" in page.text("#paused")
             assert page.js(f"!!document.querySelector('tr[data-target=\"{DOWN}\"] .badge')")
             page.screenshot(ARTIFACTS / "admin-dashboard.png")
+            # live: the page reloads itself every 5 s until live is switched off
+            page.click("#live-toggle")
+            assert "live=5" in page.js("location.search")
+            page.js("window.__before_reload = true")
+            deadline = time.monotonic() + 15
+            while page.js("window.__before_reload === true") and time.monotonic() < deadline:
+                time.sleep(0.25)
+            assert page.js("window.__before_reload === undefined")  # a new document
+            while page.js("document.readyState") != "complete" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            page.click("#live-toggle")
+            assert "live" not in page.js("location.search")
             page.click("#ranges a:nth-child(2)")
             assert "range=24h" in page.js("location.search")
             assert page.js("document.querySelectorAll('#throughput-chart rect.hover').length") == 24

@@ -142,6 +142,7 @@ async def test_dashboard_route_and_page(clock: FakeClock) -> None:
             assert {r["target"]: r["paused_since"] for r in paused["targets"]}["kafka:orders"]
             await login(http, ADMIN_KEY)
             page = await http.get("/admin/dashboard?range=1h")
+            live = (await http.get("/admin/dashboard?range=24h&live=5")).text
             assert (await http.get("/admin/dashboard?range=2h")).status_code == 400
     assert page.status_code == 200
     assert (
@@ -151,3 +152,9 @@ async def test_dashboard_route_and_page(clock: FakeClock) -> None:
     tiles = dict(re.findall(r'data-tile="([a-z-]+)"><span>[^<]*</span><b>([^<]*)</b>', page.text))
     assert tiles["pending"] == "3" and tiles["dead"] == "3" and tiles["oldest"] == "7 min"
     assert "paused since" in page.text and 'data-target="kafka:orders"' in page.text
+    assert (
+        "data-refresh-s" not in page.text
+        and 'href="/admin/dashboard?range=1h&amp;live=5"' in page.text
+    )
+    assert 'data-refresh-s="5"' in live and 'href="/admin/dashboard?range=7d&amp;live=5"' in live
+    assert 'id="live-toggle" title="reload every 5 s">Live · stop' in live

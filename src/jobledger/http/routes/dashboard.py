@@ -19,6 +19,7 @@ from jobledger.http.routes.page_base import error_page, login_redirect, principa
 from jobledger.http.svg_chart import Line, chart, sparkline
 
 QUERY = ("range", "target", "code")
+LIVE_S = "5"  # the page reloads itself every 5 s with ?live=5 (admin.js)
 THROUGHPUT = ("succeeded", "failed", "dead", "skipped", "cancelled", "expired")
 
 
@@ -83,6 +84,8 @@ async def dashboard_page(request: Request) -> Response:
     outcomes, depth, totals = numbers["outcomes"], numbers["depth"], numbers["totals"]
     answered = totals["succeeded"] + totals["failed"] + totals["dead"]
     keep = {k: v for k, v in (("target", numbers["target"]), ("code", numbers["code"])) if v}
+    live = request.query_params.get("live") == LIVE_S
+    live_q = {"live": LIVE_S} if live else {}
     return render(
         request,
         "dashboard.html",
@@ -92,8 +95,12 @@ async def dashboard_page(request: Request) -> Response:
             "nav": "dashboard",
             "d": numbers,
             "per": per,
+            "live": LIVE_S if live else None,
+            "live_link": "/admin/dashboard?"
+            + urlencode({**keep, "range": numbers["range"], **({} if live else {"live": LIVE_S})}),
             "ranges": [
-                (name, "/admin/dashboard?" + urlencode({**keep, "range": name})) for name in RANGES
+                (name, "/admin/dashboard?" + urlencode({**keep, "range": name, **live_q}))
+                for name in RANGES
             ],
             "failure_rate": f"{100 * (totals['failed'] + totals['dead']) / answered:.1f} %"
             if answered

@@ -7,3 +7,9 @@ document.addEventListener("submit", (event) => {
   const question = form.dataset.confirm;
   if (question && !window.confirm(question)) event.preventDefault();
 });
+// a live page (the dashboard with ?live=5) reloads itself; leaving live is a plain link
+const live = document.querySelector("[data-refresh-s]");
+if (live) {
+  const seconds = Number(live.dataset.refreshS);
+  if (seconds >= 1) window.setTimeout(() => window.location.reload(), seconds * 1000);
+}
