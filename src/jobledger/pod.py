@@ -70,6 +70,7 @@ class Pod:
                 jobs=JobAdmin(self.store, self.engine.clock),
                 schedules=self.scheduler,
                 paused=self.paused_targets,
+                worker_live_s=self.settings.worker_live_s,
             )
             self._http = create_app(services, ApiKeys(self.keys))
         return self._http

@@ -187,6 +187,9 @@ def test_operator_views_in_chromium(tmp_path: Path) -> None:
             assert len(tips) == len(succeeded) == 60 and sum(succeeded) == 6
             assert DOWN in page.text("#paused") and "paused since" in page.text("#paused")
             assert page.js(f"!!document.querySelector('tr[data-target=\"{DOWN}\"] .badge')")
+            pods = numbers["workers"]["pods"]  # serve runs one pod: live, holding partitions
+            assert len(pods) == 1 and pods[0]["live"] and pods[0]["partitions"] > 0
+            assert page.text(f"#pods tr[data-pod='{pods[0]['pod']}']").startswith(pods[0]["pod"])
             page.screenshot(ARTIFACTS / "admin-dashboard.png")
             # live: the page reloads itself every 5 s until live is switched off
             page.click("#live-toggle")

@@ -12,6 +12,7 @@ from typing import Any
 
 from jobledger.core.clock import FakeClock
 from jobledger.http.dashboard import RANGES, depth_series, outcome_series
+from jobledger.http.pods import pods
 from jobledger.projections import depth
 from jobledger.projections.stats import StatsProjection, catch_up_stats, hour_of, minute_of
 from jobledger.storage.memory import MemoryStore
@@ -124,6 +125,7 @@ async def test_dashboard_route_and_page(clock: FakeClock) -> None:
             assert body["totals"]["dead"] == 3 and len(body["buckets"]) == 60
             assert body["depth"]["dead"][-9:] == [None, 0, 0, 1, 1, 2, 2, 3, 3]
             assert body["paused_known"] is False
+            assert body["workers"] == {"live_s": 30.0, "partitions": 0, "pods": []}
             by_target = {row["target"]: row for row in body["targets"]}
             assert by_target["kafka:orders"]["dead"] == 3
             assert by_target["mail:welcome"]["oldest_pending_age_s"] == 7 * 60.0
@@ -158,3 +160,27 @@ async def test_dashboard_route_and_page(clock: FakeClock) -> None:
     )
     assert 'data-refresh-s="5"' in live and 'href="/admin/dashboard?range=7d&amp;live=5"' in live
     assert 'id="live-toggle" title="reload every 5 s">Live · stop' in live
+    assert "No live worker pod" in page.text  # the test's app runs no worker
+
+
+async def test_pods_live_and_their_partitions(store: Store, clock: FakeClock) -> None:
+    now = clock.now()
+    await store.seed_partitions(8)
+    await store.heartbeat("pod-a", now)
+    await store.heartbeat("pod-b", now - timedelta(seconds=90))  # stopped beating
+    await store.heartbeat("pod-c", now - timedelta(seconds=5))
+    for partition in range(5):
+        assert await store.take_partition(partition, "pod-a", now, now + timedelta(seconds=30))
+    for partition in (5, 6):
+        assert await store.take_partition(partition, "pod-b", now, now + timedelta(seconds=10))
+    assert await store.take_partition(7, "pod-c", now - timedelta(minutes=5), now)  # expired
+    found = await pods(store, now, live_s=30)
+    assert found == {
+        "live_s": 30,
+        "partitions": 8,
+        "pods": [
+            {"pod": "pod-a", "live": True, "partitions": 5},
+            {"pod": "pod-b", "live": False, "partitions": 2},
+            {"pod": "pod-c", "live": True, "partitions": 0},
+        ],
+    }

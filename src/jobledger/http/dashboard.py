@@ -7,7 +7,8 @@ samples (`projections.depth`). One request catches the checkpoint up (shared wit
 concurrent requests), reads it, and makes one keyset read per target with PENDING rows
 for the oldest PENDING age. Memory and work per request: O(buckets x targets x codes)
 of the checkpoint, bounded by its windows (120 minutes, 35 days of hours, 7 days of
-depth), never by the number of jobs or events.
+depth), never by the number of jobs or events. The pods: one read of the liveness rows and one
+of the partition leases (`jobledger.http.pods`).
 
 Ranges: `1h` is 60 one-minute buckets (outcomes per target only: minutes are not kept
 per code), `24h` and `7d` are hourly buckets (per target and code). A bucket's depth is
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobledger.domain.timeutil import iso
+from jobledger.http.pods import pods
 from jobledger.projections.depth import STATUSES
 from jobledger.projections.stats import (
     OUTCOMES,
@@ -146,9 +148,11 @@ async def dashboard(
     target: str | None = None,
     code: str | None = None,
     paused: Mapping[str, datetime] | None = None,
+    live_s: float = 30.0,
 ) -> dict[str, Any]:
     """What the dashboard shows; `paused` is None when this process runs no worker
-    (pause state lives in each worker's memory)."""
+    (pause state lives in each worker's memory); a pod is live while its heartbeat is
+    newer than `live_s`."""
     position, state = await catch_up_stats(store)
     names = span.names(now)
     recent = RANGES["1h"].names(now)
@@ -189,6 +193,7 @@ async def dashboard(
             "oldest_pending_age_s": max(ages, default=None),
         },
         "paused_known": paused is not None,
+        "workers": await pods(store, now, live_s=live_s),
         "targets": rows,
         "notes": notes,
     }

@@ -44,6 +44,18 @@ SCHEMAS: dict[str, Any] = {
             ),
             "queue": _obj({**{s: _COUNT for s in DEPTH_NAMES}, "oldest_pending_age_s": _AGE}),
             "paused_known": {"type": "boolean"},
+            "workers": _obj(
+                {
+                    "live_s": {"type": "number"},
+                    "partitions": _COUNT,
+                    "pods": {
+                        "type": "array",
+                        "items": _obj(
+                            {"pod": _STR, "live": {"type": "boolean"}, "partitions": _COUNT}
+                        ),
+                    },
+                }
+            ),
             "targets": {"type": "array", "items": _ref("DashboardTarget")},
             "notes": {"type": "array", "items": _STR},
         }

@@ -35,3 +35,5 @@ class Services:
     #: the targets paused on this process's worker and since when (`PauseMap.paused`);
     #: it answers None when no worker runs here
     paused: Callable[[], Mapping[str, datetime] | None] | None = None
+    #: a pod is live while its heartbeat is newer than this (settings.worker_live_s)
+    worker_live_s: float = 30.0

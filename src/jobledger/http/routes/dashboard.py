@@ -41,7 +41,13 @@ async def _numbers(request: Request) -> dict[str, Any]:
     span, target, code = _filters(request)
     svc = services(request)
     return await dashboard(
-        svc.store, svc.clock.now(), span, target=target, code=code, paused=_paused(request)
+        svc.store,
+        svc.clock.now(),
+        span,
+        target=target,
+        code=code,
+        paused=_paused(request),
+        live_s=svc.worker_live_s,
     )
 
 
