@@ -14,7 +14,7 @@ from markupsafe import Markup
 from jobledger.core.clock import FakeClock
 from jobledger.http import openapi
 from jobledger.http.json_html import json_pairs
-from jobledger.http.openapi_html import schemas, sections, type_of
+from jobledger.http.openapi_html import body_example, curl_example, schemas, sections, type_of
 from jobledger.storage.memory import MemoryStore
 from tests.unit.http_helpers import ADMIN_KEY, VIEWER_KEY, World, client, world
 from tests.unit.test_http_page import login
@@ -116,3 +116,16 @@ async def test_no_stale_next_run(w: World) -> None:
     nightly = re.search(r'<tr data-code="nightly_report".*?</tr>', later, re.S)
     assert nightly is not None and "overdue" in nightly.group(0)
     assert "overdue" not in schedules
+
+
+def test_curl_examples_send_the_documented_body() -> None:
+    document = openapi.document()
+    examples = {(op.method, op.path): op.example for s in sections(document) for op in s.operations}
+    put = examples[("PUT", "/api/v1/schedules/{code}/cron_override")]
+    assert put.endswith(
+        """-d '{"cron_override": "*/5 * * * *"}' "$BASE/api/v1/schedules/{code}/cron_override\""""
+    )
+    assert "-d" not in examples[("GET", "/api/v1/jobs")]
+    assert body_example({}, {"properties": {"a": {"default": 1}, "b": {}}}) == {"a": 1, "b": "…"}
+    quoted = curl_example("put", "/x", {"a": "it's"})
+    assert "-d '{\"a\": \"it'\\''s\"}'" in quoted  # a quote in the body survives the shell

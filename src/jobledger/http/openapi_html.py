@@ -107,15 +107,31 @@ def _properties(schema: dict[str, Any]) -> list[Field]:
     ]
 
 
-def _example(method: str, path: str, op: dict[str, Any]) -> str:
-    body = ""
-    if "requestBody" in op:
-        body = " -H 'Content-Type: application/json' -d '{\"cron_override\": \"*/5 * * * *\"}'"
+def body_example(schemas: dict[str, Any], schema: Any) -> Any:
+    """A request body to show: the schema's `example`, else each property's example or
+    default (`$ref`s resolved in `schemas`)."""
+    if isinstance(schema, dict) and "$ref" in schema:
+        schema = schemas.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+    if not isinstance(schema, dict):
+        return {}
+    if "example" in schema:
+        return schema["example"]
+    return {
+        name: prop.get("example", prop.get("default", "…"))
+        for name, prop in schema.get("properties", {}).items()
+    }
+
+
+def curl_example(method: str, path: str, body: Any | None) -> str:
+    sent = ""
+    if body is not None:
+        text = json.dumps(body, ensure_ascii=False).replace("'", "'\\''")
+        sent = f" -H 'Content-Type: application/json' -d '{text}'"
     verb = "" if method == "get" else f" -X {method.upper()}"
-    return f'curl{verb} -H "Authorization: Bearer $JOBLEDGER_KEY"{body} "$BASE{path}"'
+    return f'curl{verb} -H "Authorization: Bearer $JOBLEDGER_KEY"{sent} "$BASE{path}"'
 
 
-def _operation(path: str, method: str, op: dict[str, Any]) -> Operation:
+def _operation(path: str, method: str, op: dict[str, Any], schemas: dict[str, Any]) -> Operation:
     params = [
         Field(
             p["name"],
@@ -147,18 +163,25 @@ def _operation(path: str, method: str, op: dict[str, Any]) -> Operation:
         params=params,
         body=type_of(body_schema["schema"]) if "schema" in body_schema else None,
         responses=responses,
-        example=_example(method, path, op),
+        example=curl_example(
+            method,
+            path,
+            body_example(schemas, body_schema["schema"]) if "schema" in body_schema else None,
+        ),
     )
 
 
 def sections(document: dict[str, Any]) -> list[Section]:
     """Operations grouped by their first tag, in the document's path order."""
     found: dict[str, Section] = {}
+    schemas = document.get("components", {}).get("schemas", {})
     for path, ops in document.get("paths", {}).items():
         for method in sorted(ops, key=lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else 9):
             op = ops[method]
             tag = (op.get("tags") or ["other"])[0]
-            found.setdefault(tag, Section(tag)).operations.append(_operation(path, method, op))
+            found.setdefault(tag, Section(tag)).operations.append(
+                _operation(path, method, op, schemas)
+            )
     return list(found.values())
 
 
