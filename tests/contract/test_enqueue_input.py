@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -19,6 +20,13 @@ from tests.contract.conftest import Kit
 from tests.contract.helpers import FAST, enqueue
 
 LIMIT = MAX_TEXT_BYTES
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 def circular() -> dict[str, Any]:
@@ -58,6 +66,18 @@ BAD: list[tuple[str, dict[str, Any], type[JobledgerError], str]] = [
     ("code past the limit", {"code": "c" * (LIMIT + 1)}, InvalidArgument, "code is 513 bytes"),
     ("header name past", {"headers": {"h" * (LIMIT + 1): "v"}}, InvalidArgument, "header name"),
     ("header value past", {"headers": {"h": "v" * (LIMIT + 1)}}, InvalidArgument, "header 'h'"),
+    ("lone surrogate in a value", {"payload": {"s": ["\ud800"]}}, InvalidPayload, "surrogate"),
+    ("lone surrogate in a payload key", {"payload": {"\udc00": 1}}, InvalidPayload, "surrogate"),
+    ("lone surrogate in the key", {"key": "k\ud800"}, InvalidArgument, "surrogate"),
+    ("lone surrogate in the dedupe key", {"dedupe_key": "\udfff"}, InvalidArgument, "surrogate"),
+    ("lone surrogate in the code", {"code": "c\ud800"}, InvalidArgument, "surrogate"),
+    ("lone surrogate in a header", {"headers": {"h": "\ud800"}}, InvalidArgument, "surrogate"),
+    ("version past 64 bits", {"version": 2**63}, InvalidArgument, "version 9223372036854775808"),
+    ("version below 64 bits", {"version": -(2**63) - 1}, InvalidArgument, "64-bit range"),
+    ("run_at text", {"run_at": "2030-01-01"}, InvalidArgument, "run_at"),
+    ("run_at naive", {"run_at": datetime(2030, 1, 1)}, InvalidArgument, "run_at"),
+    ("headers a list", {"headers": [("h", "v")]}, InvalidArgument, "headers"),
+    ("payload too deep for JSON", {"payload": nested(5000)}, InvalidPayload, "not JSON"),
     ("too many headers", {"headers": {f"h{i}": "v" for i in range(33)}}, InvalidArgument, "33"),
 ]
 

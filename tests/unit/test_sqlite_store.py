@@ -3,6 +3,7 @@ the caller's own sqlite3 connections, the watcher, and the plans of the lane rea
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -132,6 +133,27 @@ async def test_a_losing_change_never_breaks_the_callers_transaction(
         assert conn.execute("SELECT no FROM orders").fetchall() == [("kept",)]
     assert flags == [False, True]
     assert sorted(j.dedupe_key for j in await sqlite_store.all_jobs()) == ["first", "ok"]
+
+
+async def test_a_change_that_fails_mid_write_leaves_nothing_for_the_callers_commit(
+    sqlite_store: SqliteStore, clock: FakeClock
+) -> None:
+    """The event row is written before the job row: when the job row raises (here a
+    version no INTEGER column holds, built past the enqueue rules), the change's
+    savepoint is rolled back before the error reaches a caller that may catch it and
+    commit its own rows (it once committed a JobEnqueued without its job)."""
+    good = new_job(clock)
+    assert good.row is not None
+    unwritable = dataclasses.replace(good, row=dataclasses.replace(good.row, version=2**63))
+    with closing(_raw(sqlite_store)) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS orders (no TEXT)")
+        conn.execute("INSERT INTO orders VALUES ('kept')")
+        with pytest.raises(OverflowError):
+            await sqlite_store.append_in(conn, [unwritable])
+        conn.commit()
+        assert conn.execute("SELECT no FROM orders").fetchall() == [("kept",)]
+    assert await sqlite_store.read_log(0, limit=10) == []
+    assert await sqlite_store.all_jobs() == []
 
 
 async def test_own_commits_do_not_look_foreign(

@@ -5,7 +5,10 @@ One rule for every store: what one of them cannot hold, none takes — U+0000 in
 (PostgreSQL's text and jsonb refuse it), payload integers outside the signed 64-bit
 range (MongoDB's BSON refuses them) and payload dicts with non-string keys (`json`
 would quietly turn `{1: "a"}` into `{"1": "a"}` on the SQL stores, the memory store
-would keep the int, and BSON refuses it inside the caller's transaction).
+would keep the int, and BSON refuses it inside the caller's transaction). Likewise a
+lone surrogate in any text (not UTF-8: the drivers raise mid-write) and a `version`
+outside the signed 64-bit range (a bigint column: PostgreSQL aborted the caller's
+transaction, SQLite had written the event but not the job row).
 
 One size limit for the texts the stores index or copy into every event: `key`,
 `dedupe_key`, `code`, the target's name, and each header name and value are at most
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -35,6 +39,7 @@ from jobledger.domain.jobs import NewJob
 #: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
 #: payload check's text (ASCII, default separators) and its errors are the same
 _PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
+_SURROGATE_TEXT = "{} must not contain a lone surrogate (U+D800-U+DFFF): it is not UTF-8"
 _NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
 #: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)
 _MAYBE_UNSTORABLE = re.compile(r"\\u0000|[0-9]{19}")
@@ -62,27 +67,51 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
         raise InvalidArgument("code must be a non-empty string")
     if not isinstance(item.version, int) or isinstance(item.version, bool):
         raise InvalidArgument("version must be an integer")
+    if item.version not in _INT64:
+        raise InvalidArgument(f"version {item.version} is outside the signed 64-bit range")
+    _check_run_at(item.run_at)
     headers = item.headers or {}
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
         raise InvalidArgument("headers must map strings to strings")
     texts = (item.key, item.dedupe_key, item.code, *headers.keys(), *headers.values())
     if any(text and "\x00" in text for text in texts):
         raise InvalidArgument(_NUL_TEXT.format("key, dedupe_key, code and headers"))
+    if any(text and _lone_surrogate(text) for text in texts):
+        raise InvalidArgument(_SURROGATE_TEXT.format("key, dedupe_key, code and headers"))
     _check_sizes(item, headers)
     try:
         body = _PAYLOAD_JSON.encode(item.payload)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
     size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
     if size > max_payload_bytes:
         raise InvalidPayload(
             f"payload for {item.target!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
         )
-    # pre-filters (the text; orjson refuses non-string keys); the walk decides
+    # pre-filters (the text; orjson refuses non-string keys and lone surrogates); the walk decides
     if _MAYBE_UNSTORABLE.search(body) or not _string_keys_only(item.payload):
         problem = _unstorable(item.payload)
         if problem is not None:
             raise InvalidPayload(f"payload for {item.target!r}: {problem}")
+
+
+def _check_run_at(run_at: Any) -> None:
+    if run_at is not None and not (isinstance(run_at, datetime) and run_at.utcoffset() is not None):
+        raise InvalidArgument("run_at must be a timezone-aware datetime (or None)")
+
+
+def _lone_surrogate(text: str) -> bool:
+    """True when `text` holds a lone surrogate (U+D800-U+DFFF): not UTF-8, so no store's
+    driver can send it (PostgreSQL and SQLite bindings raise mid-write, BSON refuses it)."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _check_sizes(item: NewJob, headers: Mapping[str, str]) -> None:
@@ -128,7 +157,9 @@ def _unstorable(value: Any) -> str | None:
     or an item) with U+0000, an integer outside the signed 64-bit range, a dict key that
     is not a string."""
     if isinstance(value, str):
-        return _NUL_TEXT.format("its strings") if "\x00" in value else None
+        if "\x00" in value:
+            return _NUL_TEXT.format("its strings")
+        return _SURROGATE_TEXT.format("its strings") if _lone_surrogate(value) else None
     if isinstance(value, int) and not isinstance(value, bool):
         if value in _INT64:
             return None

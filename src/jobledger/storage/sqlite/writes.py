@@ -184,7 +184,10 @@ def apply_change(cursor: sqlite3.Cursor, change: Change) -> bool:
 
     Compare-and-set on the stream's version, the dedupe key for a new job, then the
     writes in a savepoint: a unique index that still objects (running_code among RUNNING
-    rows, a racing dedupe key) rolls back this change alone, never the transaction.
+    rows, a racing dedupe key) rolls back this change alone, never the transaction. Any
+    other error rolls the change back too before it propagates: on a caller's connection
+    the caller may catch it and commit, and must not commit half a change (an event
+    without its job row).
     """
     if stream_version(cursor, change.stream) != change.expected_version:
         return False
@@ -193,10 +196,12 @@ def apply_change(cursor: sqlite3.Cursor, change: Change) -> bool:
     cursor.execute("SAVEPOINT jobledger_change")
     try:
         write_change(cursor, change)
-    except sqlite3.IntegrityError:
+    except BaseException as exc:
         cursor.execute("ROLLBACK TO jobledger_change")
         cursor.execute("RELEASE jobledger_change")
-        return False
+        if isinstance(exc, sqlite3.IntegrityError):
+            return False
+        raise
     cursor.execute("RELEASE jobledger_change")
     return True
 
