@@ -1,8 +1,8 @@
 """Commit → handler wake latency of an idle fast lane, with a same-run raw baseline.
 
-    .venv/bin/python bench/wake_latency.py --store postgres --samples 300
+    .venv/bin/python bench/wake_latency.py --store postgres --samples 300 [--mode at_most_once]
 
-One pod runs idle; the bench enqueues one at-least-once job per sample in its own
+One pod runs idle; the bench enqueues one job (at-least-once unless `--mode`) per sample in its own
 transaction and measures from the end of the commit to the handler's first line. The
 baseline is the raw round trip the wake path rides on: LISTEN/NOTIFY between two
 psycopg connections (PostgreSQL), or an asyncio.Event set → wake (SQLite, whose wake-up
@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from jobledger.config.settings import Settings
@@ -34,9 +36,17 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def wake_samples(engine: Engine, samples: int, gap: float, pod: str) -> list[float]:
+async def wake_samples(
+    engine: Engine,
+    samples: int,
+    gap: float,
+    pod: str,
+    mode: str = "at_least_once",
+    between: Callable[[], Awaitable[None]] | None = None,
+) -> list[float]:
     """Milliseconds from each enqueue's commit to its handler's first line: one idle pod,
-    one job per sample (20 warm-up samples dropped), `gap` seconds apart."""
+    one job per sample (20 warm-up samples dropped), `gap` seconds apart; `between` runs
+    after each sample (a baseline measured under the same conditions)."""
     arrived = asyncio.Event()
     stamp = [0.0]
 
@@ -44,7 +54,7 @@ async def wake_samples(engine: Engine, samples: int, gap: float, pod: str) -> li
         stamp[0] = time.perf_counter()
         arrived.set()
 
-    engine.targets.register("bench:wake", "fast", handler, delivery_mode="at_least_once")
+    engine.targets.register("bench:wake", "fast", handler, delivery_mode=mode)
     runtime = Runtime(engine, pod_id=pod)
     await runtime.start()
     await asyncio.sleep(0.5)
@@ -59,14 +69,43 @@ async def wake_samples(engine: Engine, samples: int, gap: float, pod: str) -> li
             if i >= 20:  # warm-up
                 out.append((stamp[0] - committed) * 1000)
             await asyncio.sleep(gap)  # let the round's outcome commit: lane idle again
+            if between is not None:
+                await between()
     finally:
         await runtime.stop()
     return out
 
 
-async def engine_latency(kind: str, tmp: Path, samples: int) -> list[float]:
+async def engine_latency(
+    kind: str, tmp: Path, samples: int, mode: str
+) -> tuple[list[float], list[float]]:
+    """The engine's samples and, on PostgreSQL, a raw one-row commit timed after each
+    one on a connection of its own (one WAL flush: what an at-most-once mark must wait
+    for before the handler may run), so both see the same disk."""
     async with fresh_store(kind, tmp) as store:
-        return await wake_samples(Engine(store, settings=Settings()), samples, 0.01, "bench")
+        engine = Engine(store, settings=Settings())
+        if kind != "postgres":
+            return await wake_samples(engine, samples, 0.01, "bench", mode), []
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        from jobledger.storage.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        flushes: list[float] = []
+        probe = await psycopg.AsyncConnection.connect(make_conninfo(store.dsn), autocommit=True)
+        table = f"{store.s}.bench_flush"
+        await probe.execute(f"CREATE TABLE {table} (i int)")
+
+        async def flush() -> None:
+            began = time.perf_counter()
+            await probe.execute(f"INSERT INTO {table} VALUES (1)")
+            flushes.append((time.perf_counter() - began) * 1000)
+
+        try:
+            return await wake_samples(engine, samples, 0.01, "bench", mode, flush), flushes[20:]
+        finally:
+            await probe.close()
 
 
 async def raw_notify(samples: int) -> list[float]:
@@ -117,14 +156,18 @@ async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument(
+        "--mode", choices=["at_least_once", "at_most_once"], default="at_least_once"
+    )
     args = parser.parse_args(argv)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmpdir:
         raw = await (
             raw_notify(args.samples) if args.store == "postgres" else raw_event(args.samples)
         )
-        eng = await engine_latency(args.store, Path(tmpdir), args.samples)
+        eng, flushes = await engine_latency(args.store, Path(tmpdir), args.samples, args.mode)
     name = "LISTEN/NOTIFY round trip" if args.store == "postgres" else "asyncio.Event wake"
-    print(f"{args.store}: commit → handler over {args.samples} samples")
+    print(f"{args.store}, {args.mode}: commit → handler over {args.samples} samples")
     print(f"  raw {name:26s} p50 {statistics.median(raw):7.3f} ms  p99 {pct(raw, 0.99):7.3f} ms")
     print(
         f"  engine                        p50 {statistics.median(eng):7.3f} ms"
@@ -133,6 +176,12 @@ async def main(argv: list[str]) -> int:
     print(
         f"  ratio engine/raw p50 {statistics.median(eng) / max(statistics.median(raw), 1e-9):.1f}x"
     )
+    if flushes:
+        print(
+            f"  raw one-row commit (a WAL flush) p50 {statistics.median(flushes):7.3f} ms"
+            f"  p99 {pct(flushes, 0.99):7.3f} ms  (same run, after each sample)"
+        )
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 
