@@ -255,6 +255,24 @@ def new_event(
     return Event(stream, version, type, data, at, actor, trace_id, prev_hash, digest)
 
 
+def _chain_problems(event: Event, expected: str, previous: Event | None) -> list[str]:
+    """What `verify_chain` reports about `event` (named only when something is wrong)."""
+    problems: list[str] = []
+    where = f"{event.stream} v{event.version} (position {event.position})"
+    if expected != event.hash:
+        problems.append(f"{where}: content does not match its hash")
+    if previous is not None:
+        if event.version != previous.version + 1:
+            problems.append(f"{where}: follows v{previous.version}")
+        if event.prev_hash != previous.hash:
+            problems.append(f"{where}: prev_hash does not name v{previous.version}")
+    elif event.version != 1:
+        problems.append(f"{where}: the stream starts here; v1..v{event.version - 1} are missing")
+    elif event.prev_hash != GENESIS_HASH:
+        problems.append(f"{where}: first event names a predecessor")
+    return problems
+
+
 def verify_chain(events: Sequence[Event], last: dict[str, Event] | None = None) -> list[str]:
     """Problems found in the per-stream hash chains of `events` (in log order).
 
@@ -281,20 +299,15 @@ def verify_chain(events: Sequence[Event], last: dict[str, Event] | None = None) 
             trace_id=event.trace_id,
             prev_hash=event.prev_hash,
         )
-        where = f"{event.stream} v{event.version} (position {event.position})"
-        if expected != event.hash:
-            problems.append(f"{where}: content does not match its hash")
         previous = last.get(event.stream)
-        if previous is not None:
-            if event.version != previous.version + 1:
-                problems.append(f"{where}: follows v{previous.version}")
-            if event.prev_hash != previous.hash:
-                problems.append(f"{where}: prev_hash does not name v{previous.version}")
-        elif event.version != 1:
-            problems.append(
-                f"{where}: the stream starts here; v1..v{event.version - 1} are missing"
+        if (
+            expected != event.hash
+            or (previous is None and (event.version != 1 or event.prev_hash != GENESIS_HASH))
+            or (
+                previous is not None
+                and (event.version != previous.version + 1 or event.prev_hash != previous.hash)
             )
-        elif event.prev_hash != GENESIS_HASH:
-            problems.append(f"{where}: first event names a predecessor")
+        ):
+            problems += _chain_problems(event, expected, previous)
         last[event.stream] = event
     return problems

@@ -28,15 +28,19 @@ class JobsFold:
 
     def feed(self, event: Event) -> None:
         job_id = event.stream[len(JOB_PREFIX) :]
-        where = f"{event.stream} v{event.version} {event.type} (position {event.position})"
         try:
             row = jobs.apply(self.rows.get(job_id), event)
         except (ValueError, KeyError) as exc:
-            self.problems.append(f"{where}: cannot fold: {exc}")
+            self.problems.append(f"{_where(event)}: cannot fold: {exc}")
             return
         if row is None:
             self.rows.pop(job_id, None)
         else:
             if row.id != job_id:
-                self.problems.append(f"{where}: row id {row.id} does not match the stream")
+                self.problems.append(f"{_where(event)}: row id {row.id} does not match the stream")
             self.rows[job_id] = row
+
+
+def _where(event: Event) -> str:
+    """An event as a problem names it (built only when there is a problem)."""
+    return f"{event.stream} v{event.version} {event.type} (position {event.position})"

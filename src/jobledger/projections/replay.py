@@ -22,7 +22,7 @@ from typing import Any
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
-from jobledger.projections.jobs import JobsFold
+from jobledger.projections.jobs import JOB_PREFIX, JobsFold
 from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
 from jobledger.projections.schedules import ScheduleApply, SchedulesFold
 from jobledger.storage.port import Store
@@ -68,16 +68,19 @@ class Rebuild:
         self.other_streams = 0  # events of streams neither fold knows
 
     def feed(self, events: Sequence[Event]) -> None:
+        jobs_feed, schedules = self.jobs.feed, self.schedules
+        position = self.position
         for event in events:
-            if self.jobs.handles(event):
-                self.jobs.feed(event)
-            elif self.schedules.handles(event):
-                self.schedules.feed(event)
+            if event.stream.startswith(JOB_PREFIX):  # JobsFold.handles, inlined
+                jobs_feed(event)
+            elif schedules.handles(event):
+                schedules.feed(event)
             else:
                 self.other_streams += 1
-            self.events += 1
-            if event.position is not None:
-                self.position = max(self.position, event.position)
+            if event.position is not None and event.position > position:
+                position = event.position
+        self.events += len(events)
+        self.position = position
 
     async def read(
         self, store: Store, *, page: int = DEFAULT_PAGE, on_page: OnPage | None = None
