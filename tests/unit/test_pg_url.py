@@ -60,3 +60,24 @@ def test_the_url_and_the_setting() -> None:
     assert store_schema(BASE, None) == (BASE, None)
     with pytest.raises(ConfigError, match="schema 'a', the postgres_schema setting 'b'"):
         store_schema(f"{BASE}?schema=a", "b")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"{BASE}?schema=billing%0A",  # "$" matches before a trailing newline
+        f"{BASE}?schema=b%22%3B%20DROP%20SCHEMA%20public%3B%20--",
+        f"{BASE}?options=-c%20search_path%3D%22billing",  # an unbalanced quote
+    ],
+)
+def test_a_schema_name_that_is_not_a_plain_identifier_is_one_config_error(url: str) -> None:
+    from jobledger.storage.urls import open_store
+
+    with pytest.raises(ConfigError, match="PostgreSQL"):
+        open_store(url)
+
+
+def test_a_kafka_topic_with_a_trailing_newline_is_refused() -> None:
+    from jobledger.config.checks import check_code_topics
+
+    assert check_code_topics({"c": "orders\n"}) is not None

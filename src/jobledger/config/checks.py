@@ -53,7 +53,7 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 def check_code_topics(value: dict[str, str]) -> str | None:
     for code, topic in value.items():
-        if not code or not _TOPIC.match(topic):
+        if not code or not _TOPIC.fullmatch(topic):
             return f"{code!r}={topic!r} is not a job code and a Kafka topic name"
     return None
 
@@ -64,7 +64,7 @@ def parse_kafka_target_topics(text: str) -> list[tuple[str, DeliveryMode]]:
     for part in split_list(text):
         topic, sep, mode = part.partition(":")
         topic = topic.strip()
-        if not _TOPIC.match(topic):
+        if not _TOPIC.fullmatch(topic):
             raise ValueError(f"{topic!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)")
         try:
             delivery = DeliveryMode(mode.strip()) if sep else DeliveryMode.AT_MOST_ONCE

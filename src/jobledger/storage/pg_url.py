@@ -22,7 +22,10 @@ _SEARCH_PATH = re.compile(r"^search_path\s*=\s*(.+)$", re.IGNORECASE)
 
 def _search_path_schema(options: str) -> str | None:
     """The first schema of a `-c search_path=…` (or `-csearch_path=…`) in `options`."""
-    words = shlex.split(options.replace("\\ ", " "))
+    try:
+        words = shlex.split(options.replace("\\ ", " "))
+    except ValueError as exc:  # an unbalanced quote
+        raise ConfigError(f"PostgreSQL store URL: options {options!r}: {exc}") from None
     settings = []
     for i, word in enumerate(words):
         if word == "-c" and i + 1 < len(words):

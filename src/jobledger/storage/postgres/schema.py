@@ -163,7 +163,7 @@ LATEST = MIGRATIONS[-1][0]
 
 def quoted_schema(schema: str) -> str:
     """The schema name checked and quoted for SQL text (it is never a parameter)."""
-    if not _IDENT.match(schema):
+    if not _IDENT.fullmatch(schema):  # not match: "$" would let a trailing newline in
         raise ConfigError(
             f"PostgreSQL schema {schema!r}: use lowercase letters, digits and _ (max 49)"
         )
