@@ -21,6 +21,7 @@ from jobledger.http.svg_chart import Line, chart, sparkline
 QUERY = ("range", "target", "code")
 LIVE_S = "5"  # the page reloads itself every 5 s with ?live=5 (admin.js)
 THROUGHPUT = ("succeeded", "failed", "dead", "skipped", "cancelled", "expired")
+ALWAYS_SHOWN = ("succeeded", "failed", "dead")  # the others only when there were any
 
 
 def _filters(request: Request) -> tuple[Range, str | None, str | None]:
@@ -91,7 +92,11 @@ async def dashboard_page(request: Request) -> Response:
     answered = totals["succeeded"] + totals["failed"] + totals["dead"]
     keep = {k: v for k, v in (("target", numbers["target"]), ("code", numbers["code"])) if v}
     live = request.query_params.get("live") == LIVE_S
-    live_q = {"live": LIVE_S} if live else {}
+    on = {"live": LIVE_S} if live else {}
+
+    def link(**query: str) -> str:
+        return "/admin/dashboard?" + urlencode({**keep, **query})
+
     return render(
         request,
         "dashboard.html",
@@ -102,23 +107,17 @@ async def dashboard_page(request: Request) -> Response:
             "d": numbers,
             "per": per,
             "live": LIVE_S if live else None,
-            "live_link": "/admin/dashboard?"
-            + urlencode({**keep, "range": numbers["range"], **({} if live else {"live": LIVE_S})}),
-            "ranges": [
-                (name, "/admin/dashboard?" + urlencode({**keep, "range": name, **live_q}))
-                for name in RANGES
-            ],
+            "live_link": link(range=numbers["range"])
+            if live
+            else link(range=numbers["range"], live=LIVE_S),
+            "ranges": [(name, link(range=name, **on)) for name in RANGES],
             "failure_rate": f"{100 * (totals['failed'] + totals['dead']) / answered:.1f} %"
             if answered
             else "—",
             "oldest": age_text(numbers["queue"]["oldest_pending_age_s"]),
             "throughput_chart": chart(
                 labels,
-                [
-                    Line(o, outcomes[o])
-                    for o in THROUGHPUT
-                    if o in ("succeeded", "failed", "dead") or totals[o]
-                ],
+                [Line(o, outcomes[o]) for o in THROUGHPUT if o in ALWAYS_SHOWN or totals[o]],
                 title=f"Jobs processed per {per}",
                 bars=True,
             ),
