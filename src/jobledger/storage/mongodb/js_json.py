@@ -14,8 +14,8 @@ PyMongo decodes is turned into what js-bson 6's class for it gives to `JSON.stri
 | int64 (`Int64`) within ±2⁵³              | a number (the driver's `promoteLongs`)         |
 | int64 beyond ±2⁵³                        | `{"low": …, "high": …, "unsigned": false}` (a `Long`, which has no `toJSON`) |
 | double                                   | a number; NaN and ±Infinity `null`; an integral value prints without `.0` |
-| binary subtype 4 (UUID)                  | `"0f8fad5b-d9cb-469f-a165-70867728950e"`       |
-| other binary (`bytes`, `Binary`)         | base64 of the bytes                            |
+| binary subtype 4 (UUID) of 16 bytes      | `"0f8fad5b-d9cb-469f-a165-70867728950e"`       |
+| other binary (`bytes`, `Binary`)         | base64 of the bytes (a subtype 4 of another length too) |
 | timestamp                                | `{"$timestamp": "<t * 2^32 + i>"}`             |
 | regular expression, MinKey, MaxKey       | `{}` (a `RegExp` and the key classes have no enumerable fields) |
 | JavaScript code                          | `{"code": …}` (and `"scope"` when it has one)  |
@@ -81,13 +81,13 @@ def as_js_json(value: Any) -> Any:
 
 
 def _special(value: Any) -> Any:
-    if isinstance(value, Binary) and value.subtype == UUID_SUBTYPE:
-        if len(value) != 16:
-            raise TypeError(f"a binary of subtype 4 (UUID) holds {len(value)} bytes, not 16")
+    if isinstance(value, Binary) and value.subtype == UUID_SUBTYPE and len(value) == 16:
         return str(uuid.UUID(bytes=bytes(value)))
     if isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, bytes):  # subtype 0 decodes to bytes; other subtypes to Binary
+    # subtype 0 decodes to bytes, other subtypes to Binary; js-bson keeps a subtype 4 of
+    # another length a Binary too (`UUID.isValid` wants 16 bytes), whose toJSON is base64
+    if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, Timestamp):
         return {"$timestamp": str((value.time << 32) | value.inc)}
