@@ -207,13 +207,28 @@ def event_hash(
     trace_id: str | None,
     prev_hash: str,
 ) -> str:
+    return envelope_hash(stream, version, type, data, iso(at), actor, trace_id, prev_hash)
+
+
+def envelope_hash(
+    stream: str,
+    version: int,
+    kind: str,
+    data: Mapping[str, Any],
+    at: str,
+    actor: Actor | None,
+    trace_id: str | None,
+    prev_hash: str,
+) -> str:
+    """`event_hash` with the time already written as `timeutil.iso` writes it (the
+    auditors' rows carry it so: `domain.chain`)."""
     actor_form, plain_actor = _hashed_actor(actor)
     envelope = {
         "stream": stream,
         "version": version,
-        "type": type,
+        "type": kind,
         "data": data,
-        "at": iso(at),
+        "at": at,
         "actor": actor_form,
         "trace_id": trace_id,
         "prev": prev_hash,
@@ -255,59 +270,12 @@ def new_event(
     return Event(stream, version, type, data, at, actor, trace_id, prev_hash, digest)
 
 
-def _chain_problems(event: Event, expected: str, previous: Event | None) -> list[str]:
-    """What `verify_chain` reports about `event` (named only when something is wrong)."""
-    problems: list[str] = []
-    where = f"{event.stream} v{event.version} (position {event.position})"
-    if expected != event.hash:
-        problems.append(f"{where}: content does not match its hash")
-    if previous is not None:
-        if event.version != previous.version + 1:
-            problems.append(f"{where}: follows v{previous.version}")
-        if event.prev_hash != previous.hash:
-            problems.append(f"{where}: prev_hash does not name v{previous.version}")
-    elif event.version != 1:
-        problems.append(f"{where}: the stream starts here; v1..v{event.version - 1} are missing")
-    elif event.prev_hash != GENESIS_HASH:
-        problems.append(f"{where}: first event names a predecessor")
-    return problems
+def verify_chain(
+    events: Sequence[Event], last: dict[str, tuple[int, str]] | None = None
+) -> list[str]:
+    """Problems in the per-stream hash chains of `events`, in log order: the checks of
+    `domain.chain.chain_problems` (`last`: each stream's (version, hash) already checked,
+    updated in place; None: every stream starts in `events`)."""
+    from jobledger.domain.chain import chain_problems, event_row  # chain builds on this module
 
-
-def verify_chain(events: Sequence[Event], last: dict[str, Event] | None = None) -> list[str]:
-    """Problems found in the per-stream hash chains of `events` (in log order).
-
-    `last` maps each stream to its newest event already checked, and is updated in place
-    (a log read a page at a time passes the same dict for every page): a stream found
-    there continues its chain instead of starting one.
-
-    Checks each event's own hash, that versions follow 1, 2, … within a stream, and
-    that each event names its predecessor's hash. A stream's first event must be v1:
-    the archive removes whole streams only, so a stream that starts above v1 lost its
-    first events (a deletion the chain of what remains cannot show).
-    """
-    problems: list[str] = []
-    if last is None:
-        last = {}
-    for event in events:
-        expected = event_hash(
-            stream=event.stream,
-            version=event.version,
-            type=event.type,
-            data=event.data,
-            at=event.at,
-            actor=event.actor,
-            trace_id=event.trace_id,
-            prev_hash=event.prev_hash,
-        )
-        previous = last.get(event.stream)
-        if (
-            expected != event.hash
-            or (previous is None and (event.version != 1 or event.prev_hash != GENESIS_HASH))
-            or (
-                previous is not None
-                and (event.version != previous.version + 1 or event.prev_hash != previous.hash)
-            )
-        ):
-            problems += _chain_problems(event, expected, previous)
-        last[event.stream] = event
-    return problems
+    return chain_problems(map(event_row, events), {} if last is None else last)

@@ -1,7 +1,8 @@
 """The auditor's tools over the log: verify the hash chains, export events.
 
-`verify_log` checks every stream's chain with `domain.events.verify_chain` while
-reading the log a page at a time: a map of each stream's last event is kept across
+`verify_log` checks every stream's chain with `domain.chain.chain_problems` while
+reading the log a page at a time (`Store.read_log_rows`: plain rows, no `Event` built
+per event): a map of each stream's last link (version, hash) is kept across
 pages so a chain is checked across page boundaries (and a stream seen before is not
 taken for one that starts above v1), and a problem is reported once. The map is
 bounded (`STREAMS_KEPT`): when it grows past that, the streams seen longest ago are
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TextIO
 
-from jobledger.domain.events import Event, verify_chain
+from jobledger.domain.chain import Link, LogRow, chain_problems
+from jobledger.domain.events import Event
 from jobledger.domain.timeutil import at_ms
-from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
+from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages, row_pages
 from jobledger.storage.port import Store
 
 
@@ -57,55 +59,56 @@ async def verify_log(
     on_page: OnPage | None = None,
 ) -> VerifyReport:
     report = VerifyReport()
-    last: dict[str, Event] = {}  # the newest event of recent streams, carried across pages
+    last: dict[str, Link] = {}  # the newest link of recent streams, carried across pages
     reported: set[str] = set()
     with collector_paused():
-        async for events in pages(store, page=page):
-            report.streams += await _recall(store, events, last)
-            for problem in verify_chain(events, last):
+        async for rows in row_pages(store, page=page):
+            report.streams += await _recall(store, rows, last)
+            for problem in chain_problems(rows, last):
                 if problem not in reported:
                     reported.add(problem)
                     report.problems.append(problem)
-            report.events += len(events)
-            report.position = events[-1].position or report.position
+            report.events += len(rows)
+            report.position = rows[-1][0] or report.position
             if len(last) > streams_kept:
                 _forget(last, len(last) - streams_kept // 2)
             if on_page is not None:
-                on_page(len(events))
+                on_page(len(rows))
     return report
 
 
-async def _recall(store: Store, events: Sequence[Event], last: dict[str, Event]) -> int:
-    """Put back into `last` the predecessor of each stream of `events` that is not there
-    (new, or forgotten); return how many streams start in `events` (none before them).
+async def _recall(store: Store, rows: Sequence[LogRow], last: dict[str, Link]) -> int:
+    """Put back into `last` the predecessor of each stream of `rows` that is not there
+    (new, or forgotten); return how many streams start in `rows` (none before them).
 
     The predecessor is what the map would have held: the stream's newest event at a
     smaller position. Usually that is version - 1 (one batched read); a log edited so
     that it is not is read stream by stream.
     """
-    first: dict[str, Event] = {}
-    for event in events:
-        if event.stream not in last and event.stream not in first:
-            first[event.stream] = event
-    wanted = [(s, e.version - 1) for s, e in first.items() if e.version > 1]
+    first: dict[str, LogRow] = {}
+    for row in rows:
+        stream = row[1]
+        if stream not in last and stream not in first:
+            first[stream] = row
+    wanted = [(s, row[2] - 1) for s, row in first.items() if row[2] > 1]
     if not wanted:
         return len(first)
-    found: dict[str, Event] = {}
+    found: dict[str, Link] = {}
     for event in await store.read_events_at(wanted):
-        position = event.position or 0
-        if position < (first[event.stream].position or 0):
-            found[event.stream] = event
+        if (event.position or 0) < (first[event.stream][0] or 0):
+            found[event.stream] = (event.version, event.hash)
     for stream, _ in wanted:
         if stream not in found:
-            before = first[stream].position or 0
+            before = first[stream][0] or 0
             earlier = [e for e in await store.read_stream(stream) if (e.position or 0) < before]
             if earlier:
-                found[stream] = max(earlier, key=lambda e: e.position or 0)
+                newest = max(earlier, key=lambda e: e.position or 0)
+                found[stream] = (newest.version, newest.hash)
     last.update(found)
     return len(first) - len(found)
 
 
-def _forget(last: dict[str, Event], count: int) -> None:
+def _forget(last: dict[str, Link], count: int) -> None:
     """Drop the `count` streams entered into `last` longest ago."""
     for stream in list(itertools.islice(last, count)):
         del last[stream]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobledger.domain.chain import LogRow, event_row
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import Schedule
@@ -302,6 +303,14 @@ class Store(abc.ABC):
         commit: a reader that saves the last position it saw never skips a
         late-committing transaction (field notes §9).
         """
+
+    async def read_log_rows(self, after: int, *, limit: int) -> list[LogRow]:
+        """`read_log`'s events as `domain.chain.LogRow` tuples, what `verify` checks.
+
+        Same events, same order, same guarantee; adapters read them straight from their
+        rows without building an `Event` each. This default converts `read_log`'s.
+        """
+        return [event_row(event) for event in await self.read_log(after, limit=limit)]
 
     @abc.abstractmethod
     async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from jobledger.domain.chain import LogRow
 from jobledger.domain.events import Actor, Event, actor_json
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
@@ -154,6 +156,35 @@ def decode_event(row: Sequence[Any]) -> Event:
         prev_hash=prev_hash,
         hash=hash_,
         position=position,
+    )
+
+
+#: a time written as `timeutil.iso` writes one (what the writers store)
+_ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", re.ASCII).fullmatch
+
+
+def iso_text(text: str) -> str:
+    """`iso(_at(text))` for a stored event time: the text itself when it has that form
+    already (for a valid time in that form the two are equal; an invalid one such as
+    month 13, which `_at` refuses, is hashed as it stands and cannot match the hash the
+    writer made of a real time)."""
+    return text if _ISO_MS(text) else iso(_at(text))
+
+
+def decode_log_row(row: Sequence[Any]) -> LogRow:
+    """`domain.chain.event_row(decode_event(row))` without the `Event` (verify's read)."""
+    position, stream, version, kind, data, at, actor, trace_id, prev_hash, hash_ = row
+    return (
+        position,
+        stream,
+        version,
+        kind,
+        load_json(data),
+        iso_text(at),
+        _actor(actor),
+        trace_id,
+        prev_hash,
+        hash_,
     )
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from jobledger.domain.chain import LogRow
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
@@ -19,6 +20,7 @@ from jobledger.storage.sqlite.base import SqliteBase
 from jobledger.storage.sqlite.encode import (
     decode_event,
     decode_job,
+    decode_log_row,
     decode_schedule,
     dumps,
     encode,
@@ -32,6 +34,8 @@ from jobledger.storage.sqlite.statements import (
     UPSERT_SCHEDULE,
     q,
 )
+
+T = TypeVar("T")
 
 
 class ReadModels(SqliteBase):
@@ -127,14 +131,20 @@ class ReadModels(SqliteBase):
         return await self._read(work)
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
+        return await self._read_log(decode_event, after, limit)
+
+    async def read_log_rows(self, after: int, *, limit: int) -> list[LogRow]:
+        return await self._read_log(decode_log_row, after, limit)
+
+    async def _read_log(self, decode: Callable[[Any], T], after: int, limit: int) -> list[T]:
         # one writer at a time: a position is only ever handed out after every smaller
         # one has committed, so "greater than the last seen" never skips a late commit
         sql = f"{EVENT_SELECT} WHERE position > ? ORDER BY position LIMIT ?"
 
-        def work(conn: sqlite3.Connection) -> list[Event]:
+        def work(conn: sqlite3.Connection) -> list[T]:
             cursor = conn.cursor()
             cursor.row_factory = None  # plain tuples: cheaper than sqlite3.Row per event
-            return [decode_event(r) for r in cursor.execute(sql, (after, limit))]
+            return [decode(r) for r in cursor.execute(sql, (after, limit))]
 
         return await self._read(work)
 
