@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobledger.core.clock import FakeClock
+from jobledger.domain.events import verify_chain
 from jobledger.domain.jobs import Job, JobStatus, Lane
 from jobledger.engine import Engine
 from jobledger.storage.port import LeaseGuard, Store
@@ -15,6 +16,7 @@ from tests.contract.helpers import (
     EXCLUSIVE,
     FAST,
     LONG,
+    Subscriber,
     claim,
     dispatch,
     enqueue,
@@ -105,6 +107,33 @@ async def test_lease_guard_applies_only_for_the_live_owner(
     mark = dispatch(job, clock)
     assert await store.apply([mark], guard=held) == [True]
     assert await store.get_job(job.id) == mark.row
+
+
+async def test_a_guarded_mark_alone_appends_its_event_and_refuses_a_stale_version(
+    seeded: Store, engine: Engine, clock: FakeClock
+) -> None:
+    """A mark applied alone under the guard (PostgreSQL: its own lean statement) leaves
+    the row and the log as the batch would; a second mark computed from the same old
+    row loses the compare-and-set and appends nothing; the wake-up names the partition."""
+    store = seeded
+    job = await enqueue(engine, FAST, key="K", dedupe_key="d-m")
+    now = clock.now()
+    assert await store.take_partition(job.partition, "pod-a", now, now + timedelta(seconds=30))
+    sub = await Subscriber(store).start()
+    try:
+        mark = dispatch(job, clock)
+        assert await store.apply([mark], guard=LeaseGuard("pod-a", now)) == [True]
+        wake = await sub.wake()
+        assert wake.partitions is None or job.partition in wake.partitions
+    finally:
+        await sub.close()
+    assert await store.get_job(job.id) == mark.row
+    stale = dispatch(job, clock)
+    assert await store.apply([stale], guard=LeaseGuard("pod-a", now)) == [False]
+    assert await store.get_job(job.id) == mark.row
+    log = await store.read_stream(f"job:{job.id}")
+    assert log[-1] == mark.events[0] and len(log) == 2
+    assert verify_chain(log) == []
 
 
 async def test_lease_guard_drops_only_the_changes_of_unheld_partitions(

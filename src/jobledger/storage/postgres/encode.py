@@ -10,6 +10,7 @@ bytea compares bytewise, which is the code-point order Python sorts `str` by).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from jobledger.domain.events import Event, actor_json
@@ -166,6 +167,47 @@ def one_params(change: Change) -> list[Any]:
         *row,
         job.order_key.encode(),
         f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false}}',
+    ]
+
+
+def is_guarded_update(change: Change) -> bool:
+    """A change `Statements.guarded_update` takes (with a lease guard): one event
+    appended to an open job's stream, its row updated, no running code to collide on."""
+    return (
+        not change.is_new
+        and not change.closed_stream
+        and len(change.events) == 1
+        and isinstance(change.row, Job)
+        and change.partition is not None
+        and change.row.exclusive_code is None
+    )
+
+
+def guarded_update_params(change: Change, pod: str, now: datetime) -> list[Any]:
+    """The parameters of `Statements.guarded_update` (see `mark_statement`)."""
+    job: Job = change.row
+    event = change.events[0]
+    actor = actor_json(event.actor)
+    transition = job_transition_dict(job)
+    del transition["id"]
+    return [
+        change.partition,
+        pod,
+        now,
+        *transition.values(),
+        job.id,
+        change.expected_version,
+        event.stream,
+        event.version,
+        event.type,
+        dumps(dict(event.data)),
+        event.at,
+        None if actor is None else dumps(actor),
+        event.trace_id,
+        event.prev_hash,
+        event.hash,
+        _dedupe_key(change, 0, event),
+        f'{{"p":[{change.partition}],"l":["{job.lane.value}"],"s":false}}',
     ]
 
 

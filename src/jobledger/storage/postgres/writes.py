@@ -70,6 +70,12 @@ class WritePath(PgBase):
         if not changes:
             return []
         async with self.pool.connection() as conn:
+            if guard is not None and len(changes) == 1 and encode.is_guarded_update(changes[0]):
+                # an at-most-once mark alone: one lean statement, its own transaction
+                params = encode.guarded_update_params(changes[0], guard.pod, guard.now)
+                async with conn.cursor(row_factory=tuple_row) as cur:
+                    await cur.execute(self.sql.guarded_update, params)
+                    return [await cur.fetchone() is not None]
             plan = encode.rounds(changes)
             if len(plan) == 1 and not any(encode.is_running_code(c) for c in changes):
                 # one statement in autocommit: it is its own transaction
