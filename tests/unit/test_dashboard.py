@@ -134,7 +134,7 @@ async def test_dashboard_route_and_page(clock: FakeClock) -> None:
             )
             assert hourly.json()["outcomes"]["dead"][-1] == 3
             assert hourly.json()["queue"]["pending"] == 0
-            for bad in ("range=2h", "zzz=1", "target=a%00b"):
+            for bad in ("range=2h", "range=", "zzz=1", "target=a%00b"):
                 assert (
                     await http.get(f"/api/v1/dashboard?{bad}", headers=ADMIN)
                 ).status_code == 400

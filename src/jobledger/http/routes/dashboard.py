@@ -26,7 +26,7 @@ ALWAYS_SHOWN = ("succeeded", "failed", "dead")  # the others only when there wer
 
 def _filters(request: Request) -> tuple[Range, str | None, str | None]:
     query = request.query_params
-    name = query.get("range") or "1h"
+    name = query.get("range", "1h")  # present but empty is an error, as in the schema
     if name not in RANGES:
         raise ValidationFailed(f"range must be one of the following values: {', '.join(RANGES)}")
     return RANGES[name], query.get("target") or None, query.get("code") or None
