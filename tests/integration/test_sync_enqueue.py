@@ -200,3 +200,37 @@ async def test_a_lossy_target_is_refused_before_anything_is_written(kit: SyncKit
     await asyncio.to_thread(enqueue)
     assert await kit.app.pod.store.read_log(0, limit=10) == []
     assert kit.users() == ["kept"]
+
+
+async def test_a_psycopg_connection_that_cannot_reach_the_store_leaves_the_transaction_usable(
+    tmp_path: Path,
+) -> None:
+    """Another database, or the store's schema without its tables: refused before any
+    statement of jobledger's runs, so the caller's transaction is not aborted (a failed
+    statement aborted it, and its commit then silently rolled the caller's rows back)."""
+    import psycopg
+
+    from jobledger.storage.postgres import PostgresStore
+    from tests.factories.postgres import dsn
+
+    async with running("postgres", tmp_path) as kit:
+        store = kit.app.pod.store
+        assert isinstance(store, PostgresStore)
+        bare = App(store=PostgresStore(store.dsn, schema=f"{store.schema}_none"), settings=SETTINGS)
+        bare.declare_target(FAST, lane="fast")
+
+        def refused() -> None:
+            with psycopg.connect(dsn()) as other:  # the server's own database, not the store's
+                other.execute("CREATE TEMP TABLE mine (x int)")
+                with pytest.raises(ConfigError, match="database"):
+                    sync.enqueue(kit.app, other, FAST)
+                other.execute("INSERT INTO mine VALUES (1)")  # still usable
+            with kit.transaction() as conn:
+                kit.insert_user(conn, "kept")
+                with pytest.raises(ConfigError, match="no jobledger tables"):
+                    sync.enqueue(bare, conn, FAST)
+                kit.insert_user(conn, "kept too")
+
+        await asyncio.to_thread(refused)
+        assert kit.users() == ["kept", "kept too"]
+        assert await store.read_log(0, limit=10) == []

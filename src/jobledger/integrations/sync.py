@@ -126,11 +126,12 @@ def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> tuple[Append
 
 def _postgres_writer(store: Store, conn: Any) -> tuple[Append, Holders]:
     from jobledger.storage.postgres import PostgresStore
-    from jobledger.storage.postgres.sync_writes import append_sync, holders_sync
+    from jobledger.storage.postgres.sync_writes import append_sync, check_reaches, holders_sync
 
     if not isinstance(store, PostgresStore):
         raise ConfigError(f"a psycopg connection cannot enqueue into the {store.name} store")
     sql = store.sql
+    check_reaches(conn, sql, store.dsn)
     return (
         lambda changes: append_sync(conn, sql, changes),
         lambda keys: holders_sync(conn, sql, keys),

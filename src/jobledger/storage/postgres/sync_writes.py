@@ -10,12 +10,15 @@ workers are woken when — and only if — the caller commits. Nothing here comm
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 
 from jobledger.domain.errors import ConfigError, InvalidArgument
@@ -25,6 +28,44 @@ from jobledger.storage.postgres.statements import Statements
 from jobledger.storage.postgres.writes import MAX_EVENTS_PER_STATEMENT
 
 SyncConn = psycopg.Connection[Any]
+
+
+#: the connections seen to reach a store's tables, and which schema's
+_REACHED: weakref.WeakKeyDictionary[SyncConn, str] = weakref.WeakKeyDictionary()
+
+
+def check_reaches(conn: SyncConn, sql: Statements, store_dsn: str) -> None:
+    """Refuse (ConfigError) a connection to another database than the store's DSN names,
+    or to one without the store's tables, before any statement of the enqueue runs: a
+    failed statement would abort the caller's transaction, whose commit then silently
+    rolls its own rows back. The tables are looked up once per connection."""
+    wanted = _dbname(store_dsn)
+    if wanted is not None and conn.info.dbname != wanted:
+        raise ConfigError(
+            f"this connection is to database {conn.info.dbname!r}, the store's is"
+            f" {wanted!r}: a job commits with your rows only in the same database"
+        )
+    if _REACHED.get(conn) == sql.schema:
+        return
+    with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{sql.schema}.events",))
+        row = cur.fetchone()
+    if not (row and row[0]):
+        raise _no_tables(sql, conn.info.dbname)
+    _REACHED[conn] = sql.schema
+
+
+@functools.cache
+def _dbname(dsn: str) -> str | None:
+    name = conninfo_to_dict(dsn).get("dbname")
+    return str(name) if name else None
+
+
+def _no_tables(sql: Statements, dbname: str) -> ConfigError:
+    return ConfigError(
+        f"no jobledger tables in schema {sql.schema} of database {dbname!r}: run"
+        " `jobledger migrate` (or start a worker once) against it"
+    )
 
 
 def append_sync(conn: SyncConn, sql: Statements, changes: Sequence[Change]) -> list[bool]:
@@ -61,8 +102,4 @@ def _run(cur: psycopg.Cursor[Any], sql: Statements, query: str, params: Any) -> 
     try:
         cur.execute(query, params)
     except pg_errors.UndefinedTable as exc:
-        raise ConfigError(
-            f"no jobledger tables in schema {sql.schema} of database"
-            f" {cur.connection.info.dbname!r}: run `jobledger migrate` (or start a worker"
-            " once) against it"
-        ) from exc
+        raise _no_tables(sql, cur.connection.info.dbname) from exc
