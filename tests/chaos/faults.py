@@ -214,6 +214,20 @@ class Faults:
         self.summary.outage_connections_cut += cut
         self.summary.outage_connects_refused += len(probes)
 
+    def check_outages(self) -> None:
+        """After the workers stopped: their own logs must show connects to the proxy
+        refused (ECONNREFUSED; only the outage refuses them), or the outages did not
+        reach a worker and the run fails."""
+        if self.proxy is None:
+            return
+        needle = f"[Errno 111] Connect call failed ('127.0.0.1', {self.proxy.port})"
+        logs = [self.config.workdir / f"{name}.log" for name in self.names.values()]
+        self.summary.outage_worker_refusals = sum(
+            log.read_text(errors="replace").count(needle) for log in logs if log.exists()
+        )
+        if self.summary.broker_outages and not self.summary.outage_worker_refusals:
+            self.summary.problem("no worker's log shows a connect refused during the outages")
+
     async def restart_broker(self) -> None:
         """Stall every worker, wait until nothing more lands on the topics and the recorder
         read it all, kill the broker, start an empty one on the same port, wake the workers."""

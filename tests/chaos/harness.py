@@ -30,6 +30,7 @@ on PostgreSQL, a pg_dump) in `<workdir>/evidence`, named in the summary.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import logging
@@ -239,15 +240,16 @@ async def run_chaos(config: Config) -> Summary:
     return summary
 
 
-def recovery_times(hits: list[FaultHit], records: list[Delivered]) -> list[float]:
-    """For each fault, the time from its end to the next record read from the topics."""
+def recovery_times(hits: list[FaultHit], records: list[Delivered]) -> dict[str, list[float]]:
+    """For each fault, by kind: the time from its end to the next record read from the
+    topics."""
     seen = sorted(r.seen_at for r in records)
-    out: list[float] = []
+    out: dict[str, list[float]] = {}
     for hit in hits:
         end = hit.until.timestamp()
-        later = next((t for t in seen if t > end), None)
-        if later is not None:
-            out.append(later - end)
+        at = bisect.bisect_right(seen, end)
+        if at < len(seen):
+            out.setdefault(hit.name, []).append(seen[at] - end)
     return out
 
 
@@ -286,6 +288,7 @@ async def _run(
             stopping = datetime.now(UTC)
             final = [p for p in workers.procs if p.pid not in faults.killed]
             codes = workers.stop_all()
+            faults.check_outages()
             for proc, code in zip(workers.procs, codes, strict=True):
                 if proc in final and code != 0:
                     summary.crashes += 1

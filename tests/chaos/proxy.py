@@ -80,7 +80,9 @@ class LoopbackProxy:
         self._server: asyncio.AbstractServer | None = None
         self._dials: set[asyncio.Task[None]] = set()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-proxy")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="chaos-proxy", daemon=True
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -98,13 +100,16 @@ class LoopbackProxy:
         await self.up()
 
     async def stop(self) -> None:
-        """Cut everything, stop the loop and its thread, close the loop."""
-        if not self._thread.is_alive():
-            return
-        await self._call(self._down())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        await asyncio.to_thread(self._thread.join, 10)
-        self._loop.close()
+        """Cut everything, stop the loop and its thread, close the loop (safe to call
+        twice, and after a failed start)."""
+        if self._thread.is_alive():
+            try:
+                await self._call(self._down())
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                await asyncio.to_thread(self._thread.join, 10)
+        if not self._loop.is_running() and not self._loop.is_closed():
+            self._loop.close()
 
     async def up(self) -> None:
         await self._call(self._up())
@@ -173,8 +178,8 @@ async def broker_behind_proxy(workdir: Path) -> AsyncIterator[tuple[Tansu, Loopb
     """tansu on a free port, advertising the proxy in front of it: every client uses
     `proxy.bootstrap`. The proxy stops after the broker, whatever happened."""
     proxy = LoopbackProxy(free_port())
-    await proxy.start()
     try:
+        await proxy.start()
         async with Tansu.running(workdir, proxy.upstream, proxy.port) as broker:
             yield broker, proxy
     finally:

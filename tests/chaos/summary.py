@@ -49,6 +49,7 @@ class Summary:
     broker_outages: int = 0  # the proxy refused connections while workers ran
     outage_connections_cut: int = 0
     outage_connects_refused: int = 0  # probes from outside the proxy, all refused
+    outage_worker_refusals: int = 0  # connects refused, as the workers' own logs report
     driver_retries: int = 0  # business transactions that failed and were retried
     lost: int = 0
     amo_duplicates: int = 0
@@ -62,7 +63,9 @@ class Summary:
     slot_reruns: int = 0  # a reclaimed slot runs again (long lane is at-least-once)
     projection_diffs: int = 0
     chain_problems: int = 0
-    recovery_s: list[float] = field(default_factory=list)  # fault end -> next delivery
+    recovery_s: dict[str, list[float]] = field(
+        default_factory=dict
+    )  # by fault kind: end -> next record
     wall_s: float = 0.0
     drain_s: float = 0.0
     evidence: str | None = None  # folder kept when the run failed
@@ -97,12 +100,14 @@ class Summary:
 
     def table(self) -> str:
         dead = ", ".join(f"{n} {r}" for r, n in self.dead.most_common()) or "0"
-        recovery = (
-            f"max {max(self.recovery_s):.1f}, median {sorted(self.recovery_s)[len(self.recovery_s) // 2]:.1f}"
-            if self.recovery_s
-            else "-"
+        recovery = ", ".join(
+            f"{kind} {max(times):.1f} / {sorted(times)[len(times) // 2]:.1f}"
+            for kind, times in sorted(self.recovery_s.items())
         )
-        outages = f"{self.outage_connections_cut} / {self.outage_connects_refused}"
+        outages = (
+            f"{self.outage_connections_cut} / {self.outage_connects_refused}"
+            f" / {self.outage_worker_refusals}"
+        )
         rows = [
             ("store", self.kind),
             ("jobs (committed business rows)", self.jobs),
@@ -124,7 +129,7 @@ class Summary:
             ("broker hangs (SIGSTOP/SIGCONT)", self.broker_hangs),
             ("broker kill + restart", self.broker_restarts),
             ("broker outages (proxy refusing, workers live)", self.broker_outages),
-            ("connections cut / connects refused in outages", outages),
+            ("outages: connections cut / probes refused / worker connects refused", outages),
             ("driver transactions retried", self.driver_retries),
             ("lost", self.lost),
             ("at-most-once duplicates", self.amo_duplicates),
@@ -138,7 +143,7 @@ class Summary:
             ("slot handler reruns (allowed)", self.slot_reruns),
             ("projection diffs (replay)", self.projection_diffs),
             ("hash-chain problems", self.chain_problems),
-            ("recovery after a fault, s", recovery),
+            ("recovery after a fault: max / median s", recovery or "-"),
             ("wall time (s)", f"{self.wall_s:.0f}"),
             ("drain after the last enqueue (s)", f"{self.drain_s:.0f}"),
             ("problems", len(self.problems) + self.hidden_problems),

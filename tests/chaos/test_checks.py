@@ -5,6 +5,7 @@ Pure inputs, no processes: each case breaks one promise and must be counted.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -14,7 +15,7 @@ from jobledger.storage.memory import MemoryStore
 from tests.chaos import app
 from tests.chaos.checks import JobTrail, analyse
 from tests.chaos.faults import Faults
-from tests.chaos.harness import Config
+from tests.chaos.harness import Config, recovery_times
 from tests.chaos.record import Delivered
 from tests.chaos.summary import FaultHit, Summary
 from tests.integration.test_multiprocess_lanes import Workers
@@ -219,3 +220,19 @@ async def test_a_liveness_check_that_cannot_list_workers_fails(tmp_path: Path) -
     await faults.check_live(UnlistableStore(), timeout_s=0.3)
     assert summary.problems and "liveness not checked" in summary.problems[0]
     assert not summary.ok
+
+
+def test_recovery_is_measured_per_fault_kind() -> None:
+    def seen(s: float) -> Delivered:
+        return dataclasses.replace(record("a1", base()["a1"], 0), seen_at=T0.timestamp() + s)
+
+    hits = [
+        kill("w1", 1.0),
+        kill("w2", 5.0),
+        FaultHit("broker outage", T0, T0 + timedelta(seconds=9)),
+    ]
+    times = recovery_times(hits, [seen(s) for s in (12.0, 1.5, 5.25)])
+    assert {k: [round(t, 2) for t in v] for k, v in times.items()} == {
+        "kill": [0.45, 0.2],  # each kill ends 50 ms after it starts
+        "broker outage": [3.0],
+    }

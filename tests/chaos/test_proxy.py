@@ -71,3 +71,22 @@ async def test_an_outage_that_cut_no_connection_did_not_inject(tmp_path: Path) -
             await faults.broker_outage()
         assert proxy.listening and not proxy.refuses()  # back up all the same
     assert summary.broker_outages == 0 and faults.hits == []
+
+
+async def test_outages_no_worker_saw_refused_fail_the_run(tmp_path: Path) -> None:
+    proxy = LoopbackProxy(upstream=1)
+    try:
+        faults, summary = outage_faults(tmp_path, cast(Any, None), proxy)
+        faults.names = {1: "w0", 2: "w1"}
+        summary.broker_outages = 1
+        refused = f"[Errno 111] Connect call failed ('127.0.0.1', {proxy.port})"
+        other = "[Errno 111] Connect call failed ('127.0.0.1', 1)"  # not the broker's
+        (tmp_path / "w0.log").write_text(f"ERROR aiokafka Unable connect: {other}\n")
+        faults.check_outages()
+        assert summary.outage_worker_refusals == 0 and not summary.ok
+        assert "no worker's log shows a connect refused" in summary.problems[0]
+        (tmp_path / "w1.log").write_text(f"ERROR aiokafka Unable connect: {refused}\n" * 2)
+        faults.check_outages()
+        assert summary.outage_worker_refusals == 2
+    finally:
+        await proxy.stop()  # never started: closes its loop
