@@ -14,15 +14,15 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain import job_outcomes, jobs
 from jobledger.domain.job_outcomes import Result, RunResult
 from jobledger.domain.schedule_row import schedule_target
-from jobledger.storage.memory import MemoryStore
-from jobledger.storage.port import JobFilter
+from jobledger.storage.port import JobFilter, Store
 from tests.unit.http_helpers import ADMIN, ADMIN_KEY, VIEWER, World, client, world
 from tests.unit.test_http_page import login
 
 
 @pytest.fixture
-async def w(clock: FakeClock) -> AsyncIterator[World]:
-    async with world(MemoryStore(), clock) as built:
+async def w(store: Store, clock: FakeClock) -> AsyncIterator[World]:
+    """On every store: pages are read by (stream, version) with each one's index."""
+    async with world(store, clock) as built:
         yield built
 
 
