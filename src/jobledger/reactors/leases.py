@@ -150,12 +150,15 @@ class PartitionLeases:
                 self.owned.pop(partition, None)
 
     async def release_all(self) -> None:
-        """Clean shutdown: stop every partition, release the leases, drop liveness."""
+        """Clean shutdown: stop every partition, release the leases, drop liveness.
+
+        The release names every partition, not only those this pod knows it holds: a
+        take whose answer never arrived (cancelled by the stop) may have committed, and
+        the store releases only rows this pod owns."""
         for partition in sorted(self.owned):
             await self.listener.release(partition)
         try:
-            if self.owned:
-                await self.store.release_partitions(self.pod, sorted(self.owned))
+            await self.store.release_partitions(self.pod, range(self.partitions))
             self.owned.clear()
         finally:  # the liveness row goes even when the release failed (its leases expire)
             await self.store.remove_worker(self.pod)

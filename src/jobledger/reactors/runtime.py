@@ -76,6 +76,7 @@ class Runtime:
         )
         self.started = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._lease_task: asyncio.Task[None] | None = None
         self._started_reactors: list[Reactor] = []
         self._started_services: list[Reactor] = []
         self._froze = False
@@ -98,7 +99,8 @@ class Runtime:
         self._tasks.append(asyncio.create_task(self._feed(feed_ready), name="jobledger-feed"))
         await feed_ready.wait()  # subscribed before the first read: no wake-up is lost
         await self.leases.start()
-        self._tasks.append(asyncio.create_task(self.leases.run(), name="jobledger-leases"))
+        self._lease_task = asyncio.create_task(self.leases.run(), name="jobledger-leases")
+        self._tasks.append(self._lease_task)
         self._tasks.append(asyncio.create_task(self.fast.poll_forever(), name="jobledger-poll"))
         self.long.start()
         for reactor in self.reactors:
@@ -128,6 +130,9 @@ class Runtime:
         if not self.workers_on:
             return
         self.leases.stop()
+        # the heartbeat's last beat ends first: a take it has on the way would otherwise
+        # land after the release below, leasing partitions to a pod that has left
+        await _bounded(self._heartbeat_ended(), finish_by, "ending the partition heartbeat")
         await _bounded(
             self._finish_in_flight(),
             finish_by,
@@ -151,6 +156,10 @@ class Runtime:
             gc_freeze.release()
             self._froze = False
         logger.info("pod %s stopped", self.pod)
+
+    async def _heartbeat_ended(self) -> None:
+        if self._lease_task is not None:
+            await asyncio.wait({self._lease_task})
 
     async def _finish_in_flight(self) -> None:
         await asyncio.gather(self.long.stop(), self.fast.stop())
