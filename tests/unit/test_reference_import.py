@@ -176,6 +176,10 @@ MIXED = {
     "negative_big": Int64(-(2**60)),
     "ratio": 2.5,
     "whole": 5.0,
+    # JavaScript prints an integral double's shortest digits padded with zeros
+    # (node: JSON.stringify(2**60) === "1152921504606847000"), not its exact value
+    "two_to_60": float(2**60),
+    "past_int64": 1e20,  # kept a double: no store holds the integer 10^20
     "nan": float("nan"),
     "uuid": Binary(uuid.UUID("0f8fad5b-d9cb-469f-a165-70867728950e").bytes, 4),
     # subtype 4 but not 16 bytes: js-bson keeps it a Binary (`UUID.isValid` is false),
@@ -204,6 +208,8 @@ STRINGIFIED = {
     "negative_big": {"low": 0, "high": -(2**28), "unsigned": False},
     "ratio": 2.5,
     "whole": 5,
+    "two_to_60": 1152921504606847000,
+    "past_int64": 1e20,
     "nan": None,
     "uuid": "0f8fad5b-d9cb-469f-a165-70867728950e",
     "short_uuid": "c2hvcnQ=",

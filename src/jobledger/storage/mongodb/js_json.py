@@ -13,7 +13,7 @@ PyMongo decodes is turned into what js-bson 6's class for it gives to `JSON.stri
 | Decimal128                               | `{"$numberDecimal": "12.50"}`                  |
 | int64 (`Int64`) within ±2⁵³              | a number (the driver's `promoteLongs`)         |
 | int64 beyond ±2⁵³                        | `{"low": …, "high": …, "unsigned": false}` (a `Long`, which has no `toJSON`) |
-| double                                   | a number; NaN and ±Infinity `null`; an integral value prints without `.0` |
+| double                                   | a number; NaN and ±Infinity `null`; an integral value prints without `.0`, as JavaScript's digits (2⁶⁰ → `1152921504606847000`) |
 | binary subtype 4 (UUID) of 16 bytes      | `"0f8fad5b-d9cb-469f-a165-70867728950e"`       |
 | other binary (`bytes`, `Binary`)         | base64 of the bytes (a subtype 4 of another length too) |
 | timestamp                                | `{"$timestamp": "<t * 2^32 + i>"}`             |
@@ -29,6 +29,7 @@ hold raises `TypeError` (the caller reports the row).
 from __future__ import annotations
 
 import base64
+import decimal
 import re
 import uuid
 from collections.abc import Mapping
@@ -120,11 +121,18 @@ def _signed32(bits: int) -> int:
 
 def _number(x: float) -> Any:
     """A double as JSON.stringify prints it, read back: NaN and infinities are null; an
-    integral value prints as an integer (`5`, not `5.0`; -0 as `0`) below 10^21."""
+    integral value prints as an integer (`5`, not `5.0`; -0 as `0`) below 10^21.
+
+    That integer is JavaScript's text, not the double's exact value: its shortest
+    round-trip digits padded with zeros (2^60 prints `1152921504606847000`, not
+    `…976`), which Python's `repr` digits give too. Past the signed 64-bit range (which
+    no store takes) the double itself is kept: the same number to a JavaScript reader,
+    written with an exponent."""
     if x != x or x in (float("inf"), float("-inf")):
         return None
     if x.is_integer() and abs(x) < 1e21:
-        return int(x)
+        printed = int(decimal.Decimal(repr(x)))
+        return printed if -(2**63) <= printed < 2**63 else x
     return x
 
 
