@@ -36,3 +36,12 @@ def json_bytes(value: Any) -> bytes:
 def dumps(value: Any) -> str:
     """`json_bytes` as text (a statement parameter, a JSON column)."""
     return json_bytes(value).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads(text)` through orjson: the standard library only for what orjson
+    refuses (integers past 64 bits, lone surrogates; `json_bytes` writes them that way)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)

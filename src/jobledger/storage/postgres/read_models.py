@@ -7,17 +7,26 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
+from psycopg.types.string import TextLoader
 
+from jobledger.domain.chain import LogRow
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.timeutil import iso
 from jobledger.storage import jsontext
 from jobledger.storage.port import JobFilter
 from jobledger.storage.postgres import encode, statements
 from jobledger.storage.postgres.base import PgBase
-from jobledger.storage.rows import event_from_dict, schedule_from_dict, schedule_to_dict
+from jobledger.storage.rows import (
+    actor_from_json,
+    as_utc,
+    event_from_dict,
+    schedule_from_dict,
+    schedule_to_dict,
+)
 
 
 class ReadModels(PgBase):
@@ -123,19 +132,31 @@ class ReadModels(PgBase):
         return [event_from_dict(r) for r in rows]
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
+        return [_event(row) for row in await self._log_page(after, limit)]
+
+    async def read_log_rows(self, after: int, *, limit: int) -> list[LogRow]:
+        return [_log_row(row) for row in await self._log_page(after, limit)]
+
+    async def _log_page(self, after: int, limit: int) -> list[tuple[Any, ...]]:
+        """The `EVENT_COLUMNS` of a page of the log, the JSON columns as their text."""
         # Two statements on purpose: the running transactions are listed before the
         # snapshot that reads the events is taken (see statements.horizon).
-        async with self.pool.connection() as conn:
-            async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(self.sql.running)
-                found = await cur.fetchone()
+        # One transaction: `running` also sets the planner for the read (see RUNNING).
+        async with (
+            self.pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            await cur.execute(self.sql.running)
+            found = await cur.fetchone()
             assert found is not None
             below = statements.horizon(int(found[0]), [int(x) for x in found[1]])
-            async with conn.cursor(row_factory=dict_row) as cur:
-                params = {"after": after, "below": below, "limit": limit}
-                await cur.execute(self.sql.read_log, params)
-                rows = await cur.fetchall()
-        return [event_from_dict(r) for r in rows]
+            # psycopg's json loader is the standard library's, called through Python per
+            # value: the text is parsed below with orjson, as the SQLite store does
+            cur.adapters.register_loader("json", TextLoader)
+            params = {"after": after, "below": below, "limit": limit}
+            await cur.execute(self.sql.read_log, params)
+            return await cur.fetchall()
 
     async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
         rows = await self._rows(
@@ -195,3 +216,43 @@ class ReadModels(PgBase):
                 (schedule_rows,),
             )
             await conn.execute("SELECT pg_notify(%s, '*')", (self.sql.channel,))
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    """An event from a `_log_page` row (`EVENT_COLUMNS`, JSON as text)."""
+    position, stream, version, kind, data, at, actor, trace_id, prev_hash, hash_ = row
+    return Event(
+        stream,
+        version,
+        kind,
+        jsontext.loads(data),
+        _at(at),
+        None if actor is None else actor_from_json(jsontext.loads(actor)),
+        trace_id,
+        prev_hash,
+        hash_,
+        position,
+    )
+
+
+def _at(value: datetime) -> datetime:
+    at = as_utc(value)
+    assert at is not None  # a NOT NULL column
+    return at
+
+
+def _log_row(row: tuple[Any, ...]) -> LogRow:
+    """`domain.chain.event_row(_event(row))` without the `Event` (verify's read)."""
+    position, stream, version, kind, data, at, actor, trace_id, prev_hash, hash_ = row
+    return (
+        position,
+        stream,
+        version,
+        kind,
+        jsontext.loads(data),
+        iso(_at(at)),
+        None if actor is None else actor_from_json(jsontext.loads(actor)),
+        trace_id,
+        prev_hash,
+        hash_,
+    )

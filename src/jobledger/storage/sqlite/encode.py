@@ -9,14 +9,13 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import orjson
-
 from jobledger.domain.chain import LogRow
 from jobledger.domain.events import Actor, Event, actor_json
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.domain.timeutil import iso
 from jobledger.storage import jsontext, rows
+from jobledger.storage.jsontext import loads as load_json
 
 T = TypeVar("T")
 
@@ -101,15 +100,6 @@ def decode_job(row: Sequence[Any]) -> Job:
 
 def decode_schedule(row: sqlite3.Row) -> Schedule:
     return rows.schedule_from_dict(decode(row))
-
-
-def load_json(text: str) -> Any:
-    """`json.loads(text)` through orjson: the standard library only for what orjson
-    refuses (integers past 64 bits, lone surrogates; `jsontext` writes them that way)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
 
 
 #: actors by their stored text (few: the system actor signs most events)
