@@ -79,15 +79,21 @@ class WritePath(PgBase):
             plan = encode.rounds(changes)
             if len(plan) == 1 and not any(encode.is_running_code(c) for c in changes):
                 # one statement in autocommit: it is its own transaction
-                return await self._apply_on(conn, changes, guard)
+                return await self._apply_on(conn, changes, guard, plan)
             async with conn.transaction():
-                return await self._apply_on(conn, changes, guard)
+                return await self._apply_on(conn, changes, guard, plan)
 
     async def _apply_on(
-        self, conn: Conn, changes: Sequence[Change], guard: LeaseGuard | None
+        self,
+        conn: Conn,
+        changes: Sequence[Change],
+        guard: LeaseGuard | None,
+        plan: list[list[tuple[int, Change]]] | None = None,
     ) -> list[bool]:
+        """Apply `changes` on `conn` round by round (`plan`: `encode.rounds(changes)`,
+        when the caller has it already)."""
         flags = [False] * len(changes)
-        for items in encode.rounds(changes):
+        for items in encode.rounds(changes) if plan is None else plan:
             plain = [(i, c) for i, c in items if not encode.is_running_code(c)]
             if plain:
                 for i in await self._statement(conn, plain, guard):
