@@ -16,7 +16,9 @@ Measures, each side alternately for `--rounds` rounds, medians reported:
     lane, at-least-once and at-most-once. Procrastinate: one worker (`wait=False`), at
     each concurrency of `--peer-concurrency`.
 (2) wake: an idle worker; one job enqueued in its own committed transaction; time from
-    the end of the commit to the handler's first line; `--samples` per round, spaced.
+    the end of the commit to the handler's first line; `--samples` per round, spaced;
+    jobledger at-least-once and at-most-once (whose mark, like Procrastinate's claim,
+    commits before the handler runs).
 (3) enqueue in the caller's transaction: BEGIN; INSERT a business row; enqueue one job;
     COMMIT, median per transaction, next to the same transaction without the enqueue.
 """
@@ -292,14 +294,14 @@ async def jl_drain(jobs: int, mode: str) -> dict[str, Any]:
     return {"rate": jobs / elapsed, "seconds": elapsed}
 
 
-async def jl_wake(samples: int, gap: float) -> dict[str, Any]:
+async def jl_wake(samples: int, gap: float, mode: str) -> dict[str, Any]:
     from wake_latency import wake_samples
 
     from jobledger.engine import Engine
 
     store = await jl_store()
     try:
-        out = await wake_samples(Engine(store), samples, gap, "peer-bench")
+        out = await wake_samples(Engine(store), samples, gap, "peer-bench", mode)
     finally:
         await store.close()
         await reset_schema(JL_SCHEMA, create=False)
@@ -366,7 +368,10 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
                 pr.setdefault(f"drain c={c}", []).append(res)
                 version = res["version"]
         if "wake" in args.only:
-            jl.setdefault("wake", []).append(await jl_wake(args.samples, args.gap))
+            for mode in ("at_least_once", "at_most_once"):
+                jl.setdefault(f"wake {mode}", []).append(
+                    await jl_wake(args.samples, args.gap, mode)
+                )
             res = run_peer(peer, "wake", "--samples", str(args.samples), "--gap", str(args.gap))
             pr.setdefault("wake", []).append(res)
             version = res["version"]
@@ -402,7 +407,12 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
             f" {args.gap * 1000:.0f} ms apart"
         )
         stats: dict[str, tuple[float, float]] = {}
-        for side, rounds in (("jobledger", jl["wake"]), ("procrastinate", pr["wake"])):
+        sides = (
+            ("jobledger ALO", jl["wake at_least_once"]),
+            ("jobledger AMO", jl["wake at_most_once"]),
+            ("procrastinate", pr["wake"]),
+        )
+        for side, rounds in sides:
             p50 = statistics.median(statistics.median(x["ms"]) for x in rounds)
             p99 = statistics.median(pct(x["ms"], 0.99) for x in rounds)
             stats[side] = (p50, p99)
@@ -411,8 +421,10 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
                 f"  {side:13s} p50 {p50:8.2f} ms   p99 {p99:8.2f} ms"
                 f"   ({slow} of {args.samples * args.rounds} samples over 1 s)"
             )
-        (j50, j99), (p50, p99) = stats["jobledger"], stats["procrastinate"]
-        print(f"  ratio jobledger / procrastinate: p50 {j50 / p50:.2f}x   p99 {j99 / p99:.2f}x")
+        p50, p99 = stats["procrastinate"]
+        for side in ("jobledger ALO", "jobledger AMO"):
+            j50, j99 = stats[side]
+            print(f"  ratio {side} / procrastinate: p50 {j50 / p50:.2f}x   p99 {j99 / p99:.2f}x")
     if "tx" in args.only:
         print(
             f"(3) one enqueue in the caller's transaction with a business row,"
