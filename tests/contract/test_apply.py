@@ -8,8 +8,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobledger.core.clock import FakeClock
+from jobledger.domain import job_outcomes
 from jobledger.domain.events import verify_chain
-from jobledger.domain.jobs import Job, JobStatus, Lane
+from jobledger.domain.jobs import Job, JobStatus, Lane, Stamp
 from jobledger.engine import Engine
 from jobledger.storage.port import LeaseGuard, Store
 from tests.contract.helpers import (
@@ -17,6 +18,7 @@ from tests.contract.helpers import (
     FAST,
     LONG,
     Subscriber,
+    _policy,
     claim,
     dispatch,
     enqueue,
@@ -205,3 +207,19 @@ async def test_dead_rows_stay_and_keep_their_fields(
     assert row == dead.row
     assert row is not None and row.status == JobStatus.DEAD and row.lane == Lane.LONG
     assert row.closed_at == clock.now() and row.headers == {"h": "v"}
+
+
+async def test_a_handler_error_no_store_could_hold_is_written_with_replacement_characters(
+    store: Store, engine: Engine, clock: FakeClock
+) -> None:
+    """A NUL (PostgreSQL refused it) and a lone surrogate (every driver refused it, e.g.
+    a filename decoded with surrogateescape) in a handler's error: the outcome could
+    not be written, so an at-least-once job reran again and again with no record."""
+    job = await enqueue(engine, LONG, dedupe_key="d")
+    run = job_outcomes.RunResult(job_outcomes.Result.DEAD_NOW, error="no \x00 file b'\udc80'")
+    dead = job_outcomes.decide_outcome(job, run, _policy(), Stamp(clock.now())).change
+    assert await store.apply([dead]) == [True]
+    row = await store.get_job(job.id)
+    assert row is not None and row.last_error == "no \ufffd file b'\ufffd'"
+    (_, last) = await store.read_stream(job.stream)
+    assert last.data["error"] == "no \ufffd file b'\ufffd'"

@@ -95,7 +95,7 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
     if run.result == Result.DEAD_NOW:
         return dead_outcome(job, stamp, "dead_now", error, job.attempts)
     if run.result == Result.SKIPPED:
-        return Outcome(skip_slot(job, stamp, run.error or "skipped"), "skipped")
+        return Outcome(skip_slot(job, stamp, error or "skipped"), "skipped")
     if run.result == Result.UNKNOWN and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
         outcome = dead_outcome(job, stamp, "outcome_unknown", error, job.attempts)
         return replace(outcome, pause_target=not run.target_up)

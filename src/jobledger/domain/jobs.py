@@ -27,6 +27,7 @@ rebuilt one cannot disagree. State machine (reference §6, closing G2 and G6)::
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -357,6 +358,17 @@ def append_events(job: Job, stamp: Stamp, *items: tuple[str, Mapping[str, Any]])
     return Change(stream, job.stream_version, tuple(events), row, partition=job.partition)
 
 
+#: what no store holds in a text: U+0000 (PostgreSQL) and lone surrogates (not UTF-8)
+_UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
 def error_text(error: str | None) -> str | None:
-    """`error` cut to MAX_ERROR_CHARS (what every event keeps of a handler's error)."""
-    return error[:MAX_ERROR_CHARS] if error is not None else None
+    """`error` cut to MAX_ERROR_CHARS (what every event keeps of a handler's error),
+    U+0000 and lone surrogates replaced by U+FFFD. A handler's error is any text (a
+    filename decoded with surrogateescape, a body with a NUL): an outcome carrying one
+    could not be written (PostgreSQL refused the NUL, every driver the surrogate), so an
+    at-least-once job ran again and again and nothing recorded why."""
+    if error is None:
+        return None
+    text = error[:MAX_ERROR_CHARS]
+    return text if text.isascii() and "\x00" not in text else _UNSTORABLE_CHARS.sub("\ufffd", text)
