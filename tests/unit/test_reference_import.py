@@ -31,6 +31,7 @@ from jobledger.storage.mongodb.reference_import import (
     convert_row,
     job_id_from_object_id,
 )
+from jobledger.storage.port import Store
 
 CREATED = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
 UPDATED = datetime(2026, 5, 1, 8, 31, tzinfo=UTC)
@@ -122,6 +123,38 @@ def test_partition_kept_as_stored_and_mismatch_reported() -> None:
     odd = changes_from_reference_job(_doc(partition=63 if _doc()["partition"] != 63 else 62))
     assert odd.partition_mismatch
     assert odd.changes[0].row is not None and odd.changes[0].partition in (62, 63)
+
+
+def test_a_stored_partition_outside_the_stores_gets_the_hash() -> None:
+    """A job in a partition no pod leases would never run (a reference run with more
+    partitions than this store's)."""
+    computed = _doc()["partition"]
+    for stored in (64, 200, -1):
+        imported = changes_from_reference_job(_doc(partition=stored))
+        assert imported.changes[0].partition == computed
+        assert imported.partition_mismatch
+    narrow = changes_from_reference_job(_doc(partition=40), partitions=32)
+    assert narrow.changes[0].partition == partition_of("DO-000123", "do_update_oms:DO-000123:4", 32)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("actor", {"id": "u\x00"}),
+        ("actor", {"id": "u", "via": "h\x00"}),
+        ("actor", {"id": "u", "role": "a\x00"}),
+        ("trace_id", "t\x00"),
+    ],
+)
+async def test_a_nul_in_the_actor_or_trace_is_one_row_refused_not_a_failed_import(
+    store: Store, field: str, value: object
+) -> None:
+    """PostgreSQL refused the NUL when the batch was written: the import stopped there."""
+    bad = _doc(_id="6632f1a0c2b5e4a1d3f09c02", dedupe_key="b-1", **{field: value})
+    good = _doc(_id="6632f1a0c2b5e4a1d3f09c01", dedupe_key="g-1")
+    counts = await import_rows(_rows(good, bad), store, Progress("x", stream=io.StringIO()))
+    assert (counts.imported, counts.errors) == (1, 1)
+    assert "U+0000" in counts.error_lines[0]
 
 
 def test_ids_keep_creation_order() -> None:

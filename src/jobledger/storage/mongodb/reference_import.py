@@ -122,10 +122,31 @@ def _actor(raw: Any) -> Actor | None:
         return None
     ident = raw.get("id") or raw.get("_id") or raw.get("user_id") or raw.get("username")
     return Actor(
-        id=str(ident) if ident is not None else None,
-        via=str(raw.get("via", "api")),
-        role=raw.get("role"),
+        id=_text(ident, "actor id"),
+        via=_text(raw.get("via", "api"), "actor via") or "api",
+        role=_text(raw.get("role"), "actor role"),
     )
+
+
+def _text(value: Any, name: str) -> str | None:
+    """`value` as stored text (None stays None); U+0000 is refused as `enqueue` refuses
+    it (PostgreSQL cannot store it: the whole batch's write failed)."""
+    if value is None:
+        return None
+    text = str(value)
+    if "\x00" in text:
+        raise ValueError(f"{name} contains U+0000 (NUL), which PostgreSQL cannot store")
+    return text
+
+
+def _partition(doc: Mapping[str, Any], computed: int, partitions: int) -> int:
+    """The stored partition when it is one of the store's; else jobledger's hash (a
+    reference run with more partitions stored some no pod here would ever take)."""
+    stored = doc.get("partition")
+    if stored is None:
+        return computed
+    number = int(stored)
+    return number if 0 <= number < partitions else computed
 
 
 def changes_from_reference_job(
@@ -144,7 +165,7 @@ def changes_from_reference_job(
     key = doc.get("key") or None  # "" is no key, as at enqueue (the reference hashed it so)
     dedupe_key = str(doc["dedupe_key"])
     computed = partition_of(key, dedupe_key, partitions)
-    partition = int(doc["partition"]) if doc.get("partition") is not None else computed
+    partition = _partition(doc, computed, partitions)
     next_run_at = at_ms(doc.get("next_run_at") or created)
     spec = NewJob(
         target=str(doc["target"]),
@@ -157,7 +178,7 @@ def changes_from_reference_job(
         run_at=next_run_at if status == JobStatus.PENDING else None,
     )
     check_new_job(spec, max_payload_bytes)
-    stamp = Stamp(created, _actor(doc.get("actor")), doc.get("trace_id"))
+    stamp = Stamp(created, _actor(doc.get("actor")), _text(doc.get("trace_id"), "trace_id"))
     first = job_commands.enqueued(
         job_id=job_id_from_object_id(object_id, created),
         spec=spec,
