@@ -119,3 +119,13 @@ def test_classify_handler_signals() -> None:
     assert classify(Invalid("bad"), 1).result == Result.DEAD_NOW
     skipped = classify(SkipRun("late"), 1)
     assert skipped.result == Result.SKIPPED and skipped.error == "late"
+
+
+def test_an_error_whose_message_cannot_be_read_is_still_an_outcome() -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    run = classify(Unprintable(), 1)
+    assert run.result == Result.ANSWERED
+    assert run.error == "Unprintable (its message could not be read)"

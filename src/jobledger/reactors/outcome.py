@@ -32,11 +32,21 @@ if TYPE_CHECKING:
 run_log = logging.getLogger("jobledger.run")
 
 
+def error_of(exc: BaseException) -> str:
+    """`str(exc)`, or the class name when that is empty or `__str__` itself raises (the
+    run's outcome must still be written: it once raised here, and the job ran again
+    and again with nothing recorded)."""
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:
+        return f"{type(exc).__name__} (its message could not be read)"
+
+
 def classify(exc: BaseException | None, duration_ms: float) -> RunResult:
     """How a handler's run ended, from what it raised (None: it returned)."""
     if exc is None:
         return RunResult(Result.OK, duration_ms=duration_ms)
-    text = str(exc) or type(exc).__name__
+    text = error_of(exc)
     if isinstance(exc, SkipRun):
         return RunResult(Result.SKIPPED, error=exc.reason, duration_ms=duration_ms)
     if isinstance(exc, TargetUnreachable):
