@@ -9,9 +9,13 @@ transition, ~4 events per job: tests/contract/test_replay_workload.py) through t
 store's batch append (`enqueue_many`, then `Store.apply` in batches of 5,000 changes),
 in slices of 25,000 jobs. The commands run after the first slice (~100k events) and
 after the last, so the peak RSS of the small and the large log sit side by side (GNU
-`time`, which must be installed):
-bounded memory shows as the same figure. Same-run baseline: the bare read of every
-event row in position order by the raw driver (sqlite3 / psycopg), no decoding.
+`time`, which must be installed): bounded memory shows as the same figure. Each
+command's wall time and CPU time (user + system, from GNU time) give events/s and
+events per CPU-second: on a shared machine the CPU figure is the one that does not
+depend on what else runs. Same-run baseline: the bare read of every event row in
+position order by the raw driver (sqlite3 / psycopg, a server-side cursor), no
+decoding, with its wall and CPU rates; each command's rates are also given as a ratio
+to the raw read's. The load average is printed before each command.
 
 SQLite: a fresh file in a temporary folder. PostgreSQL: the `jobledger` schema of the
 database `jobledger_replay_bench` (created if missing, the schema dropped first and
@@ -46,7 +50,8 @@ SLICE = 25_000  # jobs per generate() call (~100k events)
 
 
 def run_command(url: str, *args: str) -> dict[str, Any]:
-    """Run one `jobledger` command; its wall time, peak RSS (MiB) and output.
+    """Run one `jobledger` command; its wall time, CPU time (user + system), peak RSS
+    (MiB) and output.
 
     The peak RSS comes from GNU time (`/usr/bin/time -f %M`), a small C program that
     forks the command: `wait4` on a child forked from this bench would also count the
@@ -56,60 +61,64 @@ def run_command(url: str, *args: str) -> dict[str, Any]:
         rss_file = Path(name) / "rss"
         started = time.perf_counter()
         done = subprocess.run(
-            [TIME, "-f", "%M", "-o", str(rss_file), CLI, "--store", url, *args],
+            [TIME, "-f", "%M %U %S", "-o", str(rss_file), CLI, "--store", url, *args],
             capture_output=True,
             text=True,
             check=False,
         )
         seconds = time.perf_counter() - started
-        rss_kib = int(rss_file.read_text().split()[-1])
+        rss_kib, user, system = rss_file.read_text().split()[-3:]
     return {
         "seconds": seconds,
-        "rss_mib": rss_kib / 1024,
+        "cpu": float(user) + float(system),
+        "rss_mib": int(rss_kib) / 1024,
         "code": done.returncode,
         "out": done.stdout,
         "err": done.stderr,
     }
 
 
-def measured(url: str, command: str, events: int) -> str:
+def measured(url: str, command: str, events: int, raw: tuple[float, float]) -> str:
+    """One command's line: wall and CPU rates, each against the raw read's (same run)."""
+    load = os.getloadavg()[0]
     result = run_command(url, command)
     first = result["out"].splitlines()[0] if result["out"] else ""
     match = re.search(r"(verified|replayed) (\d+) events", first)
     seen = int(match.group(2)) if match else -1
     ok = result["code"] == 0 and seen == events
-    rate = events / result["seconds"]
+    rate, cpu_rate = events / result["seconds"], events / result["cpu"]
     return (
-        f"  {command:<7} {result['seconds']:7.2f} s  {rate:10,.0f} events/s"
-        f"  peak RSS {result['rss_mib']:6.1f} MiB  exit {result['code']}"
+        f"  {command:<7} {result['seconds']:7.2f} s {rate:9,.0f} events/s ({rate / raw[0]:.2f}x raw)"
+        f"  CPU {result['cpu']:6.2f} s {cpu_rate:9,.0f} events/CPU-s ({cpu_rate / raw[1]:.2f}x raw)"
+        f"  peak RSS {result['rss_mib']:6.1f} MiB  load {load:.1f}  exit {result['code']}"
         f"{'' if ok else '  FAILED: ' + (first or result['err'].strip()[-300:])}"
     )
 
 
-def raw_read_sqlite(path: str) -> tuple[int, float]:
+def raw_read_sqlite(path: str) -> tuple[int, float, float]:
     import sqlite3
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     conn = sqlite3.connect(path)
     count = 0
     cur = conn.execute("SELECT * FROM events ORDER BY position")
     while rows := cur.fetchmany(5000):
         count += len(rows)
     conn.close()
-    return count, time.perf_counter() - started
+    return count, time.perf_counter() - started, time.process_time() - cpu
 
 
-def raw_read_postgres(dsn: str) -> tuple[int, float]:
+def raw_read_postgres(dsn: str) -> tuple[int, float, float]:
     import psycopg
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     count = 0
     with psycopg.connect(dsn) as conn, conn.cursor(name="raw") as cur:
         cur.itersize = 5000
         cur.execute("SELECT * FROM jobledger.events ORDER BY position")
         while rows := cur.fetchmany(5000):
             count += len(rows)
-    return count, time.perf_counter() - started
+    return count, time.perf_counter() - started, time.process_time() - cpu
 
 
 async def pg_database() -> str:
@@ -168,15 +177,17 @@ async def main() -> int:
                 f" {events / generated_s:,.0f} events/s through the store's batch append"
             )
             if args.store == "sqlite":
-                raw_count, raw_s = raw_read_sqlite(path)
+                raw_count, raw_s, raw_cpu = raw_read_sqlite(path)
             else:
-                raw_count, raw_s = raw_read_postgres(dsn)
+                raw_count, raw_s, raw_cpu = raw_read_postgres(dsn)
+            raw = (raw_count / raw_s, raw_count / raw_cpu)
             print(
                 f"  raw read of every event row ({args.store} driver, same run):"
-                f" {raw_count / raw_s:,.0f} rows/s"
+                f" {raw[0]:,.0f} rows/s, {raw[1]:,.0f} rows/CPU-s"
+                f" (this process's CPU only, not the server's)"
             )
             for command in ("verify", "replay"):
-                print(measured(url, command, events), flush=True)
+                print(measured(url, command, events, raw), flush=True)
     finally:
         await store.close()
         if args.store == "postgres":
