@@ -63,11 +63,13 @@ async def verify_log(
     reported: set[str] = set()
     with collector_paused():
         async for rows in row_pages(store, page=page):
-            report.streams += await _recall(store, rows, last)
+            await _recall(store, rows, last)
+            known = len(last)
             for problem in chain_problems(rows, last):
                 if problem not in reported:
                     reported.add(problem)
                     report.problems.append(problem)
+            report.streams += len(last) - known  # the streams that start in this page
             report.events += len(rows)
             report.position = rows[-1][0] or report.position
             if len(last) > streams_kept:
@@ -77,22 +79,25 @@ async def verify_log(
     return report
 
 
-async def _recall(store: Store, rows: Sequence[LogRow], last: dict[str, Link]) -> int:
+async def _recall(store: Store, rows: Sequence[LogRow], last: dict[str, Link]) -> None:
     """Put back into `last` the predecessor of each stream of `rows` that is not there
-    (new, or forgotten); return how many streams start in `rows` (none before them).
+    (new, or forgotten) and whose first event in `rows` is not its v1.
 
     The predecessor is what the map would have held: the stream's newest event at a
     smaller position. Usually that is version - 1 (one batched read); a log edited so
-    that it is not is read stream by stream.
+    that it is not is read stream by stream. Only events above v1 of streams not in
+    `last` are looked at twice (most pages have none).
     """
+    missing = {row[1] for row in rows if row[2] > 1 and row[1] not in last}
+    if not missing:
+        return
     first: dict[str, LogRow] = {}
     for row in rows:
-        stream = row[1]
-        if stream not in last and stream not in first:
-            first[stream] = row
+        if row[1] in missing and row[1] not in first:
+            first[row[1]] = row
     wanted = [(s, row[2] - 1) for s, row in first.items() if row[2] > 1]
     if not wanted:
-        return len(first)
+        return
     found: dict[str, Link] = {}
     for event in await store.read_events_at(wanted):
         if (event.position or 0) < (first[event.stream][0] or 0):
@@ -105,7 +110,6 @@ async def _recall(store: Store, rows: Sequence[LogRow], last: dict[str, Link]) -
                 newest = max(earlier, key=lambda e: e.position or 0)
                 found[stream] = (newest.version, newest.hash)
     last.update(found)
-    return len(first) - len(found)
 
 
 def _forget(last: dict[str, Link], count: int) -> None:
