@@ -147,6 +147,7 @@ SCHEMAS: dict[str, Any] = {
         {
             "as_of": _TIME,
             "position": {"type": "integer", "minimum": 0},
+            "caught_up": {"type": "boolean"},
             "since": _STR,
             "hours": {"type": "array", "items": _ref("HourlyOutcomes")},
             "minutes": {"type": "array", "items": _ref("MinuteOutcomes")},

@@ -110,8 +110,11 @@ class ProjectionRunner:
             return 0, self.projection.initial()
         return position, state
 
-    async def catch_up(self) -> int:
-        """Fold every event after the checkpoint; returns how many were folded."""
+    async def catch_up(self, *, max_events: int | None = None) -> int:
+        """Fold the events after the checkpoint, a page at a time, until the log is read
+        or — with `max_events` — once that many were folded (for a caller that must
+        answer in bounded time while the log grows faster than it folds); returns how
+        many were folded."""
         position, state = await self.state()
         folded = 0
         while True:
@@ -126,7 +129,7 @@ class ProjectionRunner:
             position = last
             await self.store.save_checkpoint(self.name, position, state)
             folded += len(events)
-            if len(events) < self.page:
+            if len(events) < self.page or (max_events is not None and folded >= max_events):
                 break
         self.observer.projection_lag(self.name, 0)
         self.passes += 1

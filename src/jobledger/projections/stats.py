@@ -231,14 +231,26 @@ def stats_reactor(engine: Engine, *, safety_poll_s: float | None = None) -> Proj
 _CATCH_UP_LOCKS: weakref.WeakKeyDictionary[Store, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
+#: log events one `read_stats` call folds at most before it answers (the stats reactor
+#: folds the rest in the background): a drain that appends events faster than they
+#: fold would otherwise keep a call catching up for as long as the drain lasts
+CALL_BUDGET = 20_000
+
+
 async def catch_up_stats(
-    store: Store, projection: StatsProjection | None = None
+    store: Store, projection: StatsProjection | None = None, *, max_events: int | None = None
 ) -> tuple[int, Any]:
-    """Bring the stats checkpoint up to the end of the log; (position, state)."""
+    """Bring the stats checkpoint up to the end of the log (at most `max_events` of it);
+    (position, state). A call that finds a catch-up under way waits for it and folds
+    nothing more itself."""
     runner = ProjectionRunner(store, projection or StatsProjection())
     lock = _CATCH_UP_LOCKS.setdefault(store, asyncio.Lock())
-    async with lock:
-        await runner.catch_up()
+    if lock.locked():
+        async with lock:
+            pass
+    else:
+        async with lock:
+            await runner.catch_up(max_events=max_events)
     return await runner.state()
 
 
@@ -273,10 +285,13 @@ async def read_stats(store: Store, now: datetime, *, hours: int = 24) -> dict[st
     of the last hour, and the open queue per target.
 
     Catches the stats checkpoint up first (saving it, which is safe from any pod), so
-    the counts include everything committed before the call. Memory and reads per call
-    grow with the number of targets and codes, not with the number of jobs.
+    the counts include everything committed before the call — unless more than
+    `CALL_BUDGET` events wait to be folded: then it answers with the checkpoint where the
+    budget left it and `caught_up` false (the stats reactor folds on). Memory and reads
+    per call grow with the number of targets and codes, not with the number of jobs.
     """
-    position, state = await catch_up_stats(store)
+    position, state = await catch_up_stats(store, max_events=CALL_BUDGET)
+    newest = await store.read_log_newest(None, limit=1)
     since = hour_of(now - timedelta(hours=max(hours, 1) - 1))
     rows: list[dict[str, Any]] = []
     totals = dict.fromkeys(OUTCOMES.values(), 0)
@@ -303,6 +318,7 @@ async def read_stats(store: Store, now: datetime, *, hours: int = 24) -> dict[st
     return {
         "as_of": iso(now),
         "position": position,
+        "caught_up": not newest or (newest[0].position or 0) <= position,
         "since": since,
         "hours": rows,
         "minutes": minutes,

@@ -1,0 +1,65 @@
+"""A stats call folds at most `CALL_BUDGET` events before it answers and says whether it
+reached the end of the log, so a log that grows faster than it folds cannot keep a call
+waiting; calls that arrive during a catch-up wait for it instead of folding again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from jobledger.core.clock import FakeClock
+from jobledger.projections import stats
+from jobledger.projections.runner import ProjectionRunner
+from jobledger.projections.stats import StatsProjection, catch_up_stats, read_stats
+from jobledger.storage.memory import MemoryStore
+from tests.contract.test_replay_workload import generate
+
+
+async def test_the_runner_stops_after_its_budget(clock: FakeClock) -> None:
+    store = MemoryStore()
+    await generate(store, clock, jobs_count=24)
+    runner = ProjectionRunner(store, StatsProjection(), page=10)
+    assert await runner.catch_up(max_events=25) == 30  # whole pages: stops after the third
+    position, _ = await store.load_checkpoint("stats")
+    assert position == store.log[29].position
+    assert await runner.catch_up() == len(store.log) - 30
+
+
+async def test_a_call_answers_within_its_budget_and_says_so(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryStore()
+    await generate(store, clock, jobs_count=24)
+    monkeypatch.setattr(stats, "CALL_BUDGET", 10)
+    original = ProjectionRunner.__init__
+
+    def small_pages(self: ProjectionRunner, *args: object, **kw: object) -> None:
+        original(self, *args, **{**kw, "page": 10})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ProjectionRunner, "__init__", small_pages)
+    first = await read_stats(store, clock.now())
+    assert first["caught_up"] is False and first["position"] == store.log[9].position
+    monkeypatch.setattr(stats, "CALL_BUDGET", 10_000)
+    later = await read_stats(store, clock.now())
+    assert later["caught_up"] is True and later["position"] == store.log[-1].position
+
+
+async def test_calls_during_a_catch_up_share_it(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryStore()
+    await generate(store, clock, jobs_count=24)
+    folds = 0
+    original = ProjectionRunner.catch_up
+
+    async def counting(self: ProjectionRunner, **kw: int | None) -> int:
+        nonlocal folds
+        folds += 1
+        await asyncio.sleep(0.01)
+        return await original(self, **kw)
+
+    monkeypatch.setattr(ProjectionRunner, "catch_up", counting)
+    results = await asyncio.gather(*(catch_up_stats(store) for _ in range(5)))
+    assert folds == 1
+    assert {position for position, _ in results} == {store.log[-1].position}
