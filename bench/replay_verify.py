@@ -113,7 +113,10 @@ def raw_read_postgres(dsn: str) -> tuple[int, float, float]:
 
     started, cpu = time.perf_counter(), time.process_time()
     count = 0
+    from psycopg.types.string import TextLoader
+
     with psycopg.connect(dsn) as conn, conn.cursor(name="raw") as cur:
+        cur.adapters.register_loader("json", TextLoader)  # no decoding: the JSON as text
         cur.itersize = 5000
         cur.execute("SELECT * FROM jobledger.events ORDER BY position")
         while rows := cur.fetchmany(5000):

@@ -18,7 +18,15 @@ from jobledger.core.ids import new_id
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import JobStatus, Stamp
 from jobledger.domain.schedule_row import Schedule
-from jobledger.projections.replay import EXTRA, FIELD, MISSING, replay
+from jobledger.projections.replay import (
+    EXTRA,
+    FIELD,
+    MISSING,
+    compare_jobs,
+    compare_rows,
+    rebuild,
+    replay,
+)
 from jobledger.projections.schedules import schedule_apply
 from jobledger.storage.port import Store
 from tests.contract.test_replay_workload import EVENTS_PER_CYCLE, generate
@@ -93,6 +101,34 @@ async def test_a_tampered_read_model_is_reported_and_apply_repairs_it(
     assert {j.id: j for j in await store.all_jobs()} == {j.id: j for j in live}
     again = await replay(store)
     assert again.ok and not again.applied
+
+
+async def test_the_paged_job_comparison_reports_what_the_whole_one_does(
+    store: Store, clock: FakeClock
+) -> None:
+    await generate(store, clock, jobs_count=48)
+    live = await store.all_jobs()
+    by_status = {status: [j for j in live if j.status == status] for status in JobStatus}
+    edited = {by_status[JobStatus.DEAD][0].id, by_status[JobStatus.PENDING][1].id}
+    dropped = {by_status[JobStatus.RUNNING][0].id, by_status[JobStatus.PENDING][0].id}
+    ghosts = [
+        replace(by_status[JobStatus.PENDING][2], id=c * 32, dedupe_key=f"ghost{c}") for c in "0f"
+    ]  # ids before and after every real one
+    tampered = [
+        replace(j, attempts=j.attempts + 1, last_error="edited") if j.id in edited else j
+        for j in live
+        if j.id not in dropped
+    ] + ghosts
+    await store.replace_read_models(tampered, await store.list_schedules())
+
+    rebuilt = await rebuild(store)
+    whole = compare_rows("jobs", {j.id: j for j in await store.all_jobs()}, rebuilt.jobs.rows)
+    assert {(d.kind, d.key) for d in whole if d.kind != FIELD} == {
+        (MISSING, key) for key in dropped
+    } | {(EXTRA, g.id) for g in ghosts}
+    assert {d.key for d in whole if d.kind == FIELD} == edited
+    for page in (1, 3, 1000):
+        assert await compare_jobs(store, rebuilt.jobs.rows, page=page) == whole
 
 
 async def test_replay_of_an_empty_store_is_clean(store: Store) -> None:

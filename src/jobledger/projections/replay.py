@@ -25,7 +25,7 @@ from jobledger.domain.schedule_row import Schedule
 from jobledger.projections.jobs import JOB_PREFIX, JobsFold
 from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
 from jobledger.projections.schedules import ScheduleApply, SchedulesFold
-from jobledger.storage.port import Store
+from jobledger.storage.port import JobFilter, Store
 
 MISSING = "missing"  # the log has the row, the live read model does not
 EXTRA = "extra"  # the live read model has a row the log does not explain
@@ -126,13 +126,35 @@ def compare_rows(model: str, live: dict[str, Any], rebuilt: dict[str, Any]) -> l
     """Every difference between two read models keyed alike, in key order."""
     out: list[Difference] = []
     for key in sorted(live.keys() | rebuilt.keys()):
-        a, b = live.get(key), rebuilt.get(key)
-        if a is None:
-            out.append(Difference(model, key, MISSING, rebuilt=b))
-        elif b is None:
-            out.append(Difference(model, key, EXTRA, live=a))
-        elif a != b:
-            out.extend(_row_differences(model, key, a, b))
+        out += _differences(model, key, live.get(key), rebuilt.get(key))
+    return out
+
+
+def _differences(model: str, key: str, live: Any, rebuilt: Any) -> list[Difference]:
+    """The differences of one key (None: no row on that side)."""
+    if live is None:
+        return [Difference(model, key, MISSING, rebuilt=rebuilt)]
+    if rebuilt is None:
+        return [Difference(model, key, EXTRA, live=live)]
+    return _row_differences(model, key, live, rebuilt) if live != rebuilt else []
+
+
+async def compare_jobs(store: Store, rebuilt: dict[str, Job], *, page: int) -> list[Difference]:
+    """`compare_rows("jobs", every live job, rebuilt)`, the live jobs read `page` at a time
+    by id (`Store.list_jobs`' keyset paging): replay holds the rebuilt rows and one page
+    of live ones, not a second copy of the read model."""
+    out: list[Difference] = []
+    seen: set[str] = set()
+    after = ""
+    while live := (
+        await store.list_jobs(JobFilter(), offset=0, limit=page, after=after, count_limit=0)
+    )[0]:
+        for job in live:
+            seen.add(job.id)
+            out += _differences("jobs", job.id, job, rebuilt.get(job.id))
+        after = live[-1].id
+    out += [_differences("jobs", key, None, rebuilt[key])[0] for key in rebuilt.keys() - seen]
+    out.sort(key=lambda d: d.key)  # stable: a row's fields keep their order
     return out
 
 
@@ -172,9 +194,8 @@ class ReplayReport:
         return out
 
 
-async def compare(store: Store, rebuilt: Rebuild) -> list[Difference]:
-    live_jobs = {j.id: j for j in await store.all_jobs()}
-    differences = compare_rows("jobs", live_jobs, rebuilt.jobs.rows)
+async def compare(store: Store, rebuilt: Rebuild, *, page: int = DEFAULT_PAGE) -> list[Difference]:
+    differences = await compare_jobs(store, rebuilt.jobs.rows, page=page)
     if rebuilt.schedules.available:
         live_schedules = {s.code: s for s in await store.list_schedules()}
         differences += compare_rows("schedules", live_schedules, rebuilt.schedules.rows)
@@ -195,7 +216,7 @@ async def replay(
     skipped events is not a better read model than the live one.
     """
     rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
-    differences = await compare(store, rebuilt)
+    differences = await compare(store, rebuilt, page=page)
     applied = False
     if apply and differences and not rebuilt.problems:
         await rebuilt.read(store, page=page, on_page=on_page)  # what committed meanwhile
@@ -208,7 +229,7 @@ async def replay(
         jobs: Sequence[Job] = list(rebuilt.jobs.rows.values())
         await store.replace_read_models(jobs, schedules)
         applied = True
-        differences = await compare(store, rebuilt)
+        differences = await compare(store, rebuilt, page=page)
     return ReplayReport(
         events=rebuilt.events,
         position=rebuilt.position,
