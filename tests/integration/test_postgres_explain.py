@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from jobledger.domain.jobs import JobStatus
+from jobledger.domain import job_commands
+from jobledger.domain.jobs import JobStatus, Lane, NewJob, Stamp
 from jobledger.storage.port import JobFilter
-from jobledger.storage.postgres import PostgresStore
+from jobledger.storage.postgres import PostgresStore, encode
 from tests.factories.postgres import make_store
 
 pytestmark = pytest.mark.postgres
@@ -69,7 +70,7 @@ def walk(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-async def explain(store: PostgresStore, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+async def explain(store: PostgresStore, sql: str, params: Any) -> list[dict[str, Any]]:
     async with store.pool.connection() as conn:
         cur = await conn.execute("EXPLAIN (FORMAT JSON) " + sql, params)
         row = await cur.fetchone()
@@ -89,6 +90,29 @@ async def test_hot_queries_use_their_indexes_on_a_realistic_queue(big: PostgresS
     await lane_reads_and_timers(big)
     await log_reads(big)
     await admin_filters(big)
+    await single_writes(big)
+
+
+async def single_writes(big: PostgresStore) -> None:
+    """The lean statements of one enqueue and of an at-most-once mark alone: the
+    position base by the log's primary key, the row by the jobs' primary key."""
+    (job,) = await big.fast_pending(5, after_key=None, limit=1)
+    mark = job_commands.dispatch(job, token="t", pod="pod-a", stamp=Stamp(NOW))
+    params = encode.guarded_update_params(mark, "pod-a", NOW)
+    nodes = await explain(big, big.sql.guarded_update, params)
+    check(nodes, "jobs_pkey")
+    check(nodes, "events_pkey")
+    spec = NewJob("kafka:t", {"n": 1}, key="k1")
+    opening = job_commands.enqueued(
+        job_id="x" * 32,
+        spec=spec,
+        code="kafka:t",
+        lane=Lane.FAST,
+        partition=5,
+        dedupe_key="x" * 32,
+        stamp=Stamp(NOW),
+    )
+    check(await explain(big, big.sql.enqueue_one, encode.one_params(opening)), "events_pkey")
 
 
 async def lane_reads_and_timers(big: PostgresStore) -> None:
