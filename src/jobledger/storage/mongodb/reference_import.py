@@ -139,14 +139,15 @@ def _text(value: Any, name: str) -> str | None:
     return text
 
 
-def _partition(doc: Mapping[str, Any], computed: int, partitions: int) -> int:
-    """The stored partition when it is one of the store's; else jobledger's hash (a
-    reference run with more partitions stored some no pod here would ever take)."""
+def _partition(doc: Mapping[str, Any], computed: int, partitions: int) -> tuple[int, bool]:
+    """(the partition, whether the stored one differs from jobledger's hash): the stored
+    one when it is one of the store's, else the hash (a reference run with more
+    partitions stored some no pod here would ever take)."""
     stored = doc.get("partition")
     if stored is None:
-        return computed
+        return computed, False
     number = int(stored)
-    return number if 0 <= number < partitions else computed
+    return (number if 0 <= number < partitions else computed), number != computed
 
 
 def changes_from_reference_job(
@@ -165,7 +166,7 @@ def changes_from_reference_job(
     key = doc.get("key") or None  # "" is no key, as at enqueue (the reference hashed it so)
     dedupe_key = str(doc["dedupe_key"])
     computed = partition_of(key, dedupe_key, partitions)
-    partition = _partition(doc, computed, partitions)
+    partition, mismatch = _partition(doc, computed, partitions)
     next_run_at = at_ms(doc.get("next_run_at") or created)
     spec = NewJob(
         target=str(doc["target"]),
@@ -215,7 +216,7 @@ def changes_from_reference_job(
         dedupe_key=first.dedupe_key,
         partition=first.partition,
     )
-    return Imported((merged,), partition != computed)
+    return Imported((merged,), mismatch)
 
 
 def _with_reference_id(change: Change, object_id: str) -> Change:
