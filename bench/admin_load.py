@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import re
 import signal
@@ -71,6 +72,7 @@ class Phase:
     requests_per_s: float
     latency: str  # per route: p50 / p95 ms
     ran_dry: bool
+    cpu: str  # CPU seconds of each process over the window
 
 
 async def enqueue(store: Store, target: str, count: int, *, first: int = 0, **options: Any) -> None:
@@ -153,6 +155,12 @@ def wait_serving(proc: subprocess.Popen[bytes], log: Path) -> str:
     raise RuntimeError(f"jobledger serve did not start:\n{log.read_text()[-2000:]}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -229,10 +237,19 @@ async def phase(
         await asyncio.sleep(WARMUP_S)
         before = await remaining(store)
         began = time.monotonic()
+        cpu_began = [cpu_seconds(p.pid) for p in procs] + [time.process_time()]
         task = asyncio.create_task(hammer(base, clients, routes, latencies)) if clients else None
         await asyncio.sleep(seconds)
         after = await remaining(store)
         elapsed = time.monotonic() - began
+        cpu_used = [
+            end - start
+            for end, start in zip(
+                [cpu_seconds(p.pid) for p in procs] + [time.process_time()],
+                cpu_began,
+                strict=True,
+            )
+        ]
         answered = sum(map(len, latencies.values()))
         if task is not None:
             task.cancel()
@@ -246,12 +263,19 @@ async def phase(
         answered / elapsed,
         ", ".join(f"{label} {percentiles(ms)}" for label, ms in sorted(latencies.items())),
         after == 0,
+        ", ".join(
+            f"{who} {used:.1f} s"
+            for who, used in zip(
+                ["serve", "worker", "bench"] if split else ["serve", "bench"], cpu_used, strict=True
+            )
+        ),
     )
 
 
 def percentiles(seconds: list[float]) -> str:
     ms = sorted(x * 1000 for x in seconds)
-    return f"p50 {statistics.median(ms):.0f} / p95 {ms[max(int(len(ms) * 0.95) - 1, 0)]:.0f} ms"
+    p95 = ms[min(len(ms) - 1, math.ceil(len(ms) * 0.95) - 1)]
+    return f"p50 {statistics.median(ms):.0f} / p95 {p95:.0f} ms"
 
 
 async def main() -> None:
@@ -301,7 +325,11 @@ async def main() -> None:
                     if clients
                     else ""
                 )
-                print(f"{name}: worker {result.jobs_per_s:,.0f} jobs/s{dry}{api}", flush=True)
+                print(
+                    f"{name}: worker {result.jobs_per_s:,.0f} jobs/s{dry}{api};"
+                    f" CPU over the {args.seconds:.0f} s: {result.cpu}",
+                    flush=True,
+                )
         finally:
             await store.close()
             await drop_schema(schema)

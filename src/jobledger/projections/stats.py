@@ -234,7 +234,7 @@ _CATCH_UP_LOCKS: weakref.WeakKeyDictionary[Store, asyncio.Lock] = weakref.WeakKe
 #: log events one `read_stats` call folds at most before it answers (the stats reactor
 #: folds the rest in the background): a drain that appends events faster than they
 #: fold would otherwise keep a call catching up for as long as the drain lasts
-CALL_BUDGET = 20_000
+CALL_BUDGET = 5_000
 
 
 async def catch_up_stats(
