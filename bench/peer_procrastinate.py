@@ -21,6 +21,12 @@ Measures, each side alternately for `--rounds` rounds, medians reported:
     commits before the handler runs).
 (3) enqueue in the caller's transaction: BEGIN; INSERT a business row; enqueue one job;
     COMMIT, median per transaction, next to the same transaction without the enqueue.
+    Twice, like with like: an enqueue-only process on both sides (a web process: no
+    worker, nobody in it LISTENs — jobledger's store opens its LISTEN connection only
+    for a feed subscriber), then each process with a listener of its own receiving
+    every enqueue's NOTIFY, as a worker in the same process would (jobledger: a feed
+    subscription read by a task; Procrastinate: a connection LISTENing on
+    `procrastinate_any_queue_v1`, the channel of a worker serving every queue).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ DATABASE = "jobledger_peer_bench"
 JL_SCHEMA = "peer_jobledger"
 PEER_SCHEMA = "peer_procrastinate"
 CHUNK = 1000
+TX_VARIANTS = {"enqueue-only process (no listener)": False, "with a listener": True}
 
 SETUP_HELP = """\
 The Procrastinate side needs its own interpreter (Procrastinate is not a dependency
@@ -186,10 +193,27 @@ async def peer_wake(samples: int, gap: float) -> dict[str, Any]:
     return {"ms": out}
 
 
-async def peer_tx(n: int) -> dict[str, Any]:
+async def peer_listening(listen: bool) -> tuple[Any, asyncio.Task[None] | None]:
+    """A connection LISTENing as a Procrastinate worker's would, and its reader."""
+    import psycopg
+
+    if not listen:
+        return None, None
+    conn = await psycopg.AsyncConnection.connect(bench_dsn(PEER_SCHEMA), autocommit=True)
+    await conn.execute('LISTEN "procrastinate_any_queue_v1"')
+
+    async def read() -> None:
+        async for _note in conn.notifies():
+            pass
+
+    return conn, asyncio.create_task(read())
+
+
+async def peer_tx(n: int, listen: bool) -> dict[str, Any]:
     import psycopg
 
     app = await peer_app()
+    listener, reader = await peer_listening(listen)
 
     @app.task(name="business")  # type: ignore[untyped-decorator]
     async def business(i: int) -> None:
@@ -211,6 +235,9 @@ async def peer_tx(n: int) -> dict[str, Any]:
 
         base, ours = await interleaved(raw, with_job, n)
     finally:
+        if reader is not None:
+            reader.cancel()
+            await listener.close()
         await conn.close()
         await app.close_async()
         await reset_schema(PEER_SCHEMA, create=False)
@@ -225,7 +252,7 @@ async def peer_main(args: argparse.Namespace) -> None:
     elif args.peer_side == "wake":
         result = await peer_wake(args.samples, args.gap)
     else:
-        result = await peer_tx(args.single)
+        result = await peer_tx(args.single, args.listen)
     result["version"] = version("procrastinate")
     print(json.dumps(result))
 
@@ -308,11 +335,20 @@ async def jl_wake(samples: int, gap: float, mode: str) -> dict[str, Any]:
     return {"ms": out}
 
 
-async def jl_tx(n: int) -> dict[str, Any]:
+async def jl_tx(n: int, listen: bool) -> dict[str, Any]:
     from jobledger.domain.jobs import Job
     from jobledger.engine import Engine
 
     store = await jl_store()
+    reader: asyncio.Task[None] | None = None
+    if listen:  # what a Runtime's feed task does: subscribed, reading every wake
+        feed = await store.feed().open()
+
+        async def read() -> None:
+            async for _wake in feed:
+                pass
+
+        reader = asyncio.create_task(read())
     try:
         engine = Engine(store)
 
@@ -335,6 +371,8 @@ async def jl_tx(n: int) -> dict[str, Any]:
 
         base, ours = await interleaved(raw, with_job, n)
     finally:
+        if reader is not None:
+            reader.cancel()
         await store.close()
         await reset_schema(JL_SCHEMA, create=False)
     return {"raw_ms": statistics.median(base) * 1000, "ms": statistics.median(ours) * 1000}
@@ -376,10 +414,12 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
             pr.setdefault("wake", []).append(res)
             version = res["version"]
         if "tx" in args.only:
-            jl.setdefault("tx", []).append(await jl_tx(args.single))
-            res = run_peer(peer, "tx", "--single", str(args.single))
-            pr.setdefault("tx", []).append(res)
-            version = res["version"]
+            for key, listen in TX_VARIANTS.items():
+                jl.setdefault(key, []).append(await jl_tx(args.single, listen))
+                flag = ["--listen"] if listen else []
+                res = run_peer(peer, "tx", "--single", str(args.single), *flag)
+                pr.setdefault(key, []).append(res)
+                version = res["version"]
         loads.append(loadavg())
     print(f"load average (1/5/15 min) after each round: {' | '.join(loads[1:])}")
     print(
@@ -430,15 +470,24 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
             f"(3) one enqueue in the caller's transaction with a business row,"
             f" median per transaction ({args.single} per round)"
         )
-        for side, rounds in (("jobledger", jl["tx"]), ("procrastinate", pr["tx"])):
-            raw, ms = med(rounds, "raw_ms"), med(rounds, "ms")
-            each = ", ".join(f"{x['ms']:.2f}/{x['raw_ms']:.2f}" for x in rounds)
-            print(
-                f"  {side:13s} raw BEGIN;INSERT;COMMIT {raw:6.2f} ms   + enqueue {ms:6.2f} ms"
-                f"   ({ms / raw:.2f}x its raw; rounds, with/raw: {each})"
+        for key in TX_VARIANTS:
+            print(f"  {key}:")
+            for side, rounds in (("jobledger", jl[key]), ("procrastinate", pr[key])):
+                raw, ms = med(rounds, "raw_ms"), med(rounds, "ms")
+                each = ", ".join(f"{x['ms']:.2f}/{x['raw_ms']:.2f}" for x in rounds)
+                print(
+                    f"    {side:13s} raw BEGIN;INSERT;COMMIT {raw:6.2f} ms"
+                    f"   + enqueue {ms:6.2f} ms"
+                    f"   ({ms / raw:.2f}x its raw; rounds, with/raw: {each})"
+                )
+            ratio = med(jl[key], "ms") / med(pr[key], "ms")
+            per_round = ", ".join(
+                f"{a['ms'] / b['ms']:.2f}" for a, b in zip(jl[key], pr[key], strict=True)
             )
-        ratio = med(jl["tx"], "ms") / med(pr["tx"], "ms")
-        print(f"  ratio jobledger / procrastinate: {ratio:.2f}x")
+            print(
+                f"    time ratio jobledger / procrastinate: {ratio:.2f}x"
+                f" (rate {1 / ratio:.2f}x; rounds {per_round})"
+            )
 
 
 def main(argv: list[str]) -> int:
@@ -463,6 +512,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default="drain,wake,tx")
     parser.add_argument("--peer-side", choices=["drain", "wake", "tx"], help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--listen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer_side:
         asyncio.run(peer_main(args))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -117,13 +116,12 @@ class Subscriber:
     """Reads a store's change feed in a task, one wake at a time."""
 
     def __init__(self, store: Store) -> None:
-        self._feed: AsyncIterator[Wake] = store.feed()
+        self._feed = store.feed()
         self._next: asyncio.Task[Wake] | None = None
 
     async def start(self) -> Subscriber:
+        await self._feed.open()  # every commit from now on wakes it
         self._arm()
-        for _ in range(3):  # let the subscription register before anything commits
-            await asyncio.sleep(0)
         return self
 
     def _arm(self) -> None:
@@ -148,6 +146,4 @@ class Subscriber:
             self._next.cancel()
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                 await self._next
-        aclose = getattr(self._feed, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await self._feed.aclose()

@@ -134,7 +134,7 @@ async def test_a_large_batch_is_copied_with_every_field_the_domain_computed(
     pg: PostgresStore, clock: FakeClock
 ) -> None:
     changes = batch(clock, "a")
-    feed = pg.feed()
+    feed = await pg.feed().open()
     waiting = asyncio.ensure_future(anext(feed))
     async with pg.transaction() as tx:
         assert await pg.append_in(tx, changes) == [True] * len(changes)
@@ -246,7 +246,7 @@ async def test_one_job_at_a_time_writes_what_the_batch_writes(
     the domain computed, the event's exact text, positions growing within the
     transaction, its wake-up, and a seen dedupe key writing nothing."""
     changes = batch(clock, "one", 12)
-    feed = pg.feed()
+    feed = await pg.feed().open()
     waiting = asyncio.ensure_future(anext(feed))
     async with pg.transaction() as tx:
         for change in changes[:6]:

@@ -42,7 +42,8 @@ async def pooled_pid(store: PostgresStore) -> int:
 async def test_the_listen_connection_survives_termination_and_wakes_again(
     pg: PostgresStore, clock: FakeClock
 ) -> None:
-    feed = pg.feed()
+    assert pg.listener.backend_pid is None  # nobody subscribed: no LISTEN connection
+    feed = await pg.feed().open()
     waiting = asyncio.ensure_future(asyncio.wait_for(anext(feed), 10))
     await asyncio.sleep(0)
     old = pg.listener.backend_pid
@@ -87,3 +88,42 @@ async def test_a_transaction_cut_off_by_the_server_leaves_nothing_and_the_next_c
     # the broken connection was discarded; the same dedupe key is still free
     assert await pg.apply([lost]) == [True]
     assert [j.id for j in await pg.all_jobs()] == [lost.row.id]
+
+
+async def listening_backends(dsn: str, channel: str) -> int:
+    """Server sessions LISTENing on `channel` (pg_listening_channels is per session, so
+    count the sessions whose last statement was that LISTEN)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        cur = await admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+            (f'LISTEN "{channel}"',),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def test_the_listen_connection_runs_only_while_the_feed_has_a_subscriber(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    channel = pg.sql.channel
+    assert await pg.apply([new_job(clock, key="before")]) == [True]  # enqueue-only: no LISTEN
+    assert pg.listener.backend_pid is None and await listening_backends(pg.dsn, channel) == 0
+    first = await pg.feed().open()
+    second = await pg.feed().open()
+    assert await listening_backends(pg.dsn, channel) == 1
+    await first.aclose()
+    assert pg.listener.running  # one subscriber left
+    reading = asyncio.ensure_future(anext(second))
+    await asyncio.sleep(0)
+    reading.cancel()  # a reader cancelled while it waits leaves the feed
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert pg.listener.backend_pid is None and not pg.listener.running
+    assert await listening_backends(pg.dsn, channel) == 0
+    again = await pg.feed().open()  # a new subscriber listens again, before open() returns
+    change = new_job(clock, key="after")
+    assert await pg.apply([change]) == [True]
+    wake = await asyncio.wait_for(anext(again), 10)
+    assert wake == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False)
+    await again.aclose()

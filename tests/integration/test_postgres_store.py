@@ -89,8 +89,7 @@ async def test_migrations_are_idempotent_and_safe_when_processes_race() -> None:
 async def test_enqueue_in_the_callers_transaction_commits_or_rolls_back_with_it(
     pg: PostgresStore, clock: FakeClock
 ) -> None:
-    waiting = asyncio.ensure_future(next_wake(pg.feed()))
-    await asyncio.sleep(0)  # subscribed
+    waiting = asyncio.ensure_future(next_wake(await pg.feed().open()))  # subscribed
     first = new_job(clock, key="K")
     dropped = new_job(clock, key="R")
     assert dropped.row.partition != first.row.partition
@@ -286,9 +285,8 @@ async def test_another_store_on_the_same_schema_is_woken_by_a_commit(
     peer = PostgresStore(pg.dsn, partitions=64, schema=pg.schema)
     await peer.open()
     try:
-        feed = peer.feed()
+        feed = await peer.feed().open()
         waiting = asyncio.ensure_future(next_wake(feed))
-        await asyncio.sleep(0)
         change = new_job(clock, key="k", lane=Lane.LONG)
         await pg.apply([change])
         wake = await waiting

@@ -174,6 +174,25 @@ async def test_own_commits_do_not_look_foreign(
     assert not await sqlite_store.check_foreign_commits()
 
 
+async def test_the_watcher_polls_only_while_the_feed_has_a_subscriber(
+    sqlite_store: SqliteStore, clock: FakeClock
+) -> None:
+    assert await sqlite_store.apply([new_job(clock, dedupe_key="a")]) == [True]
+    assert sqlite_store._watcher is None  # enqueue-only: nothing polls data_version
+    sub = await Subscriber(sqlite_store).start()
+    assert sqlite_store._watcher is not None and not sqlite_store._watcher.done()
+    peer = SqliteStore(sqlite_store.path)
+    await peer.open()
+    try:
+        assert await peer.apply([new_job(clock, dedupe_key="b")]) == [True]
+    finally:
+        await peer.close()
+    assert await sqlite_store.check_foreign_commits()
+    assert (await sub.wake()).partitions is None
+    await sub.close()
+    assert sqlite_store._watcher is None
+
+
 async def test_a_second_write_from_inside_the_open_transaction_fails_fast(
     sqlite_store: SqliteStore, clock: FakeClock
 ) -> None:

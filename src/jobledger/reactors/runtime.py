@@ -199,11 +199,10 @@ class Runtime:
         store = self.engine.store
         while True:
             try:
-                feed = store.feed()
-                ready_task = asyncio.ensure_future(_mark_ready(ready))
+                feed = await store.feed().open()
+                ready.set()
                 async for wake in feed:
                     self.dispatch(wake)
-                ready_task.cancel()
                 return  # the store closed its feed
             except asyncio.CancelledError:
                 raise
@@ -230,12 +229,6 @@ async def wait_for_signal(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-
-
-async def _mark_ready(ready: asyncio.Event) -> None:
-    """Set once the feed generator had its first chance to subscribe."""
-    await asyncio.sleep(0)
-    ready.set()
 
 
 async def _bounded(

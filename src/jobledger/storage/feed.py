@@ -3,12 +3,18 @@
 Hints coalesce: a subscriber that is busy gets one merged `Wake` when it next reads,
 never an unbounded backlog. Adapters with an out-of-process feed (NOTIFY, change
 streams) publish what they receive into one of these.
+
+A feed may have a `FeedSource` (the PostgreSQL LISTEN connection, the SQLite
+`data_version` watcher): it runs only while someone is subscribed, so a process that
+only enqueues listens to nothing. `Subscription.open()` returns once the source runs:
+every commit after that wakes the subscription.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from jobledger.domain.jobs import Change, Job
 from jobledger.storage.port import EVERYTHING, Wake
@@ -32,16 +38,69 @@ def wake_of(applied: Sequence[Change]) -> Wake | None:
     return Wake(parts, lanes, schedules)
 
 
-class _Subscriber:
-    def __init__(self) -> None:
+class FeedSource(Protocol):
+    """What brings other processes' commits into a feed; runs while anyone subscribes."""
+
+    async def start(self) -> None:
+        """Return once commits made from now on will be published (idempotent)."""
+
+    async def stop(self) -> None: ...
+
+
+class Subscription:
+    """One subscriber's wake-ups: an async iterator that ends when the feed closes.
+
+    `open()` subscribes (and starts the feed's source if it is the first subscriber);
+    the first read opens it too. Leaving — `aclose()`, the reading task cancelled while
+    it waits, the feed closed — stops the source when no subscriber is left.
+    """
+
+    def __init__(self, feed: LocalFeed) -> None:
+        self._feed = feed
         self.pending: Wake | None = None
         self.event = asyncio.Event()
+        self._open = False
+
+    async def open(self) -> Subscription:
+        if not self._open:
+            self._open = True
+            await self._feed._join(self)
+        return self
+
+    async def aclose(self) -> None:
+        if self._open:
+            self._open = False
+            await self._feed._leave(self)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Wake:
+        try:
+            await self.open()
+            while not self._feed.closed:
+                await self.event.wait()
+                self.event.clear()
+                if self.pending is not None:
+                    wake, self.pending = self.pending, None
+                    return wake
+        except asyncio.CancelledError:
+            await asyncio.shield(self.aclose())
+            raise
+        await self.aclose()
+        raise StopAsyncIteration
 
 
 class LocalFeed:
-    def __init__(self) -> None:
-        self._subscribers: set[_Subscriber] = set()
-        self._closed = False
+    def __init__(self, source: FeedSource | None = None) -> None:
+        self._subscribers: set[Subscription] = set()
+        self.source = source
+        self._source_lock = asyncio.Lock()
+        self.closed = False
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
 
     def publish(self, wake: Wake) -> None:
         for sub in self._subscribers:
@@ -52,19 +111,23 @@ class LocalFeed:
         self.publish(EVERYTHING)
 
     def close(self) -> None:
-        self._closed = True
+        """End every subscription (the store stops its source itself)."""
+        self.closed = True
         for sub in self._subscribers:
             sub.event.set()
 
-    async def subscribe(self) -> AsyncIterator[Wake]:
-        sub = _Subscriber()
+    def subscribe(self) -> Subscription:
+        return Subscription(self)
+
+    async def _join(self, sub: Subscription) -> None:
         self._subscribers.add(sub)
-        try:
-            while not self._closed:
-                await sub.event.wait()
-                sub.event.clear()
-                if sub.pending is not None:
-                    wake, sub.pending = sub.pending, None
-                    yield wake
-        finally:
-            self._subscribers.discard(sub)
+        if self.source is not None and not self.closed:
+            async with self._source_lock:
+                await self.source.start()
+
+    async def _leave(self, sub: Subscription) -> None:
+        self._subscribers.discard(sub)
+        if self.source is not None and not self._subscribers:
+            async with self._source_lock:
+                if not self._subscribers:
+                    await self.source.stop()

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobledger.domain.chain import LogRow, event_row
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import Schedule
+
+if TYPE_CHECKING:
+    from jobledger.storage.feed import Subscription
 
 logger = logging.getLogger("jobledger.storage")
 
@@ -349,8 +352,9 @@ class Store(abc.ABC):
 
     # --- the change feed -----------------------------------------------------------------
     @abc.abstractmethod
-    def feed(self) -> AsyncIterator[Wake]:
-        """Wake-up hints after commits, from this process and from others."""
+    def feed(self) -> Subscription:
+        """Wake-up hints after commits, from this process and from others; every commit
+        after the subscription's `open()` returns wakes it."""
 
 
 def run_after_commit(tx: Transaction) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import Schedule
-from jobledger.storage.feed import LocalFeed, wake_of
+from jobledger.storage.feed import LocalFeed, Subscription, wake_of
 from jobledger.storage.memory.coordination import MemoryCoordination
 from jobledger.storage.memory.log import MemoryLog
 from jobledger.storage.port import (
@@ -32,7 +32,6 @@ from jobledger.storage.port import (
     LeaseGuard,
     Store,
     Transaction,
-    Wake,
     native_handle,
     run_after_commit,
 )
@@ -322,7 +321,7 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
             self._put_job(job.id, job)
         self.schedules = {s.code: s for s in schedules}
 
-    def feed(self) -> AsyncIterator[Wake]:
+    def feed(self) -> Subscription:
         return self._feed.subscribe()
 
 

@@ -27,7 +27,7 @@ from pymongo.errors import PyMongoError
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
-from jobledger.storage.feed import LocalFeed, wake_of
+from jobledger.storage.feed import LocalFeed, Subscription, wake_of
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb import codec
 from jobledger.storage.mongodb.codec import (
@@ -49,7 +49,6 @@ from jobledger.storage.port import (
     PartitionLease,
     Store,
     Transaction,
-    Wake,
     native_handle,
     run_after_commit,
 )
@@ -366,7 +365,7 @@ class MongoStore(Store):
         await self._in_transaction(body)
 
     # --- the change feed ---------------------------------------------------------------------
-    def feed(self) -> AsyncIterator[Wake]:
+    def feed(self) -> Subscription:
         return self._feed.subscribe()
 
 

@@ -2,6 +2,10 @@
 
 A notification is a hint, never the truth. When the connection is lost the listener
 reconnects and publishes `EVERYTHING`, because notifications sent meanwhile are gone.
+
+The listener is the feed's source: it connects when the first subscriber opens and
+closes when the last one leaves, so a process that only enqueues (a web process)
+holds no LISTEN connection and is not sent its own NOTIFYs.
 """
 
 from __future__ import annotations
@@ -53,8 +57,16 @@ class Listener:
         """The server process of the LISTEN connection (tests terminate it)."""
         return self.conn.info.backend_pid if self.conn is not None else None
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"listen {self.channel}")
+        """Return once LISTEN is in place (or the first attempt failed: then it retries
+        and publishes `EVERYTHING` when back). Idempotent."""
+        if not self.running:
+            self._ready = asyncio.Event()
+            self._task = asyncio.create_task(self._run(), name=f"listen {self.channel}")
         await self._ready.wait()
 
     async def stop(self) -> None:

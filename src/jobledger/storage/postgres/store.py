@@ -10,15 +10,15 @@ the change feed. See docs/postgres.md.
 from __future__ import annotations
 
 import select
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from jobledger.domain.jobs import Job, Lane
-from jobledger.storage.feed import LocalFeed
-from jobledger.storage.port import Store, Wake
+from jobledger.storage.feed import LocalFeed, Subscription
+from jobledger.storage.port import Store
 from jobledger.storage.postgres import schema, statements
 from jobledger.storage.postgres.base import Conn
 from jobledger.storage.postgres.coordination import Coordination
@@ -72,6 +72,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
         self._listener = Listener(
             self._conninfo, self.sql.channel, self._feed, retry_s=listen_retry_s
         )
+        self._feed.source = self._listener  # LISTEN only while the feed has a subscriber
         self._pool: AsyncConnectionPool[Conn] | None = None
 
     # --- life cycle ----------------------------------------------------------------------
@@ -91,7 +92,6 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
         self._pool = pool
         async with pool.connection() as conn:
             await schema.migrate(conn, self.schema)
-        await self._listener.start()
 
     async def _check(self, conn: Conn) -> None:
         """Pool checkout check that costs one `select()` call when the connection is fine.
@@ -165,7 +165,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
         return as_utc(await self._value(self.sql.next_due_fast, {"parts": list(partitions)}))
 
     # --- the change feed -----------------------------------------------------------------
-    def feed(self) -> AsyncIterator[Wake]:
+    def feed(self) -> Subscription:
         return self._feed.subscribe()
 
 

@@ -14,7 +14,9 @@ One file holds the log, the inline projections and the coordination rows. Design
   handed out inside the writing transaction, so a later position always commits later.
 * **The change feed**: this process's commits publish the partitions they touched; a
   watcher polls `PRAGMA data_version` on the writer connection — whose value changes
-  only when *another* connection commits — and publishes `EVERYTHING` then.
+  only when *another* connection commits — and publishes `EVERYTHING` then. The
+  watcher runs only while the feed has a subscriber: a process that only enqueues
+  does not poll.
 
 The store is put together from its parts: the connections and the write lock
 (`base.py`), the write path (`writes.py`), the coordination rows (`coordination.py`),
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,8 +36,8 @@ from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
-from jobledger.storage.feed import LocalFeed
-from jobledger.storage.port import Store, Wake, logger
+from jobledger.storage.feed import LocalFeed, Subscription
+from jobledger.storage.port import Store, logger
 from jobledger.storage.sqlite.base import Conn
 from jobledger.storage.sqlite.coordination import Coordination
 from jobledger.storage.sqlite.encode import decode_job
@@ -70,9 +72,9 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         self._lock = asyncio.Lock()
         self._owner: asyncio.Task[Any] | None = None
         self._staged: list[Change] = []  # applied inside the open business transaction
-        self._feed = LocalFeed()
         self._watcher: asyncio.Task[None] | None = None
         self._data_version = 0
+        self._feed = LocalFeed(DataVersionWatch(self))
 
     # --- life cycle ------------------------------------------------------------------------
     async def open(self) -> None:
@@ -87,7 +89,6 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
             self.path, name="jobledger-sqlite-r", offload=self.offload, busy_ms=self.busy_timeout_ms
         )
         self._data_version = await self._writer.run(self._read_data_version)
-        self._watcher = asyncio.create_task(self._watch(), name="jobledger-sqlite-watch")
 
     def _enable_wal(self) -> None:
         mode = self._w.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -101,8 +102,7 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
             return await self._w.run(lambda: migrate_schema(self._w.conn, now))
 
     async def close(self) -> None:
-        await cancel_and_wait(self._watcher)
-        self._watcher = None
+        await self._stop_watching()
         self._feed.close()
         async with self._lock:
             for conn in (self._reader, self._writer):
@@ -178,8 +178,18 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         return await self._read(work)
 
     # --- the change feed ------------------------------------------------------------------------
-    def feed(self) -> AsyncIterator[Wake]:
+    def feed(self) -> Subscription:
         return self._feed.subscribe()
+
+    async def _start_watching(self) -> None:
+        if self._watcher is not None or self._writer is None:
+            return
+        self._data_version = await self._writer.run(self._read_data_version)
+        self._watcher = asyncio.create_task(self._watch(), name="jobledger-sqlite-watch")
+
+    async def _stop_watching(self) -> None:
+        await cancel_and_wait(self._watcher)
+        self._watcher = None
 
     @staticmethod
     def _data_version_of(conn: sqlite3.Connection) -> int:
@@ -213,3 +223,16 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         self._data_version = version
         self._feed.publish_everything()
         return True
+
+
+class DataVersionWatch:
+    """The feed's source: the `data_version` watcher, run while anyone subscribes."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    async def start(self) -> None:
+        await self._store._start_watching()
+
+    async def stop(self) -> None:
+        await self._store._stop_watching()
