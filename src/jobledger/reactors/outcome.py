@@ -36,6 +36,8 @@ def error_of(exc: BaseException) -> str:
     """`str(exc)`, or the class name when that is empty or `__str__` itself raises (the
     run's outcome must still be written: it once raised here, and the job ran again
     and again with nothing recorded)."""
+    if isinstance(exc, SystemExit):  # `str(SystemExit(3))` is "3": say what it was
+        return f"the handler called sys.exit({exc.code!r})"
     try:
         return str(exc) or type(exc).__name__
     except Exception:
@@ -74,7 +76,9 @@ class OutcomePath:
             with traced_run(self.engine.observers, job) as span:  # spans nest under it
                 try:
                     await target.handler(job)
-                except Exception as exc:  # every handler failure is classified
+                # every handler failure is classified; a handler's sys.exit() is one (it
+                # must not end the lane's task, and with it the pod, on every pod it reaches)
+                except (Exception, SystemExit) as exc:
                     error = exc
                     span.failed(exc)
         finally:
