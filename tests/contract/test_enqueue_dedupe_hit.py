@@ -64,3 +64,10 @@ async def test_a_hit_on_a_job_that_left_the_queue_still_returns_its_id(
         again = await engine.enqueue(FAST, dedupe_key="done-once", tx=tx)
     assert (again.inserted, again.job_id) == (False, held.id)
     assert await store.all_jobs() == []
+
+
+async def test_dedupe_holder_reads_the_committed_holder(store: Store, engine: Engine) -> None:
+    """The admins' lookup (`/api/v1/finished?dedupe_key=`, `/admin/find`): no caller tx."""
+    held = await enqueue(engine, FAST, {"v": 1}, dedupe_key="order-9")
+    assert await store.dedupe_holder("order-9") == held.id
+    assert await store.dedupe_holder("nobody") is None

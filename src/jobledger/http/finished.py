@@ -23,7 +23,7 @@ from jobledger.core.ids import is_job_id
 from jobledger.domain import jobs
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
-from jobledger.storage.port import Store, native_handle
+from jobledger.storage.port import Store
 
 #: log events read at most by one call
 SCAN_LIMIT = 5000
@@ -129,9 +129,7 @@ async def find(
 ) -> list[Finished]:
     """The finished job with this id or dedupe key ([] when none, or when it is open)."""
     if dedupe_key is not None:
-        async with store.transaction() as tx:
-            holders = await store.dedupe_holders(native_handle(tx), [dedupe_key])
-        job_id = holders.get(dedupe_key)
+        job_id = await store.dedupe_holder(dedupe_key)
     if job_id is None or not is_job_id(job_id):
         return []
     history = await store.read_stream(jobs.job_stream(job_id))

@@ -128,6 +128,13 @@ class Store(abc.ABC):
         holds are left out. `enqueue` asks after a dedupe hit, so the caller learns
         which job it is (issue 20 item 8). Reads only: never aborts `tx`."""
 
+    async def dedupe_holder(self, key: str) -> str | None:
+        """The id of the job that holds dedupe `key` in the committed log, or None — a
+        read for admins and tools, outside any caller's transaction. Stores whose
+        `transaction()` takes a write lock (SQLite) read without one."""
+        async with self.transaction() as tx:
+            return (await self.dedupe_holders(native_handle(tx), [key])).get(key)
+
     @abc.abstractmethod
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None

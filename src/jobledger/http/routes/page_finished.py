@@ -19,7 +19,6 @@ from jobledger.http.finished import FINISHED_STATUSES, FinishedFilter, browse
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.finished import finished_json
 from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render
-from jobledger.storage.port import native_handle
 
 PAGE_SIZE = 50
 ANY_FINISHED = "FINISHED"
@@ -72,8 +71,7 @@ async def find_page(request: Request) -> Response:
         if is_job_id(wanted) and await store.read_stream(jobs.job_stream(wanted)):
             job_id = wanted
         else:
-            async with store.transaction() as tx:
-                job_id = (await store.dedupe_holders(native_handle(tx), [wanted])).get(wanted)
+            job_id = await store.dedupe_holder(wanted)
     if job_id is None:
         return error_page(
             request, principal, 404, "Not found", "No job has this id or dedupe key in the log."

@@ -66,6 +66,10 @@ class WritePath(SqliteBase):
         cursor.row_factory = None
         return dedupe_holders_on(cursor, keys)
 
+    async def dedupe_holder(self, key: str) -> str | None:
+        # on the reader connection: `transaction()` would be BEGIN IMMEDIATE, the write lock
+        return await self._read(lambda conn: dedupe_holders_on(conn.cursor(), [key]).get(key))
+
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
     ) -> list[bool]:
