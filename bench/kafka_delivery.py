@@ -299,6 +299,9 @@ async def main(argv: list[str]) -> int:
         choices=["kafka", "noop"],
         help="cProfile that engine path (top functions by own time)",
     )
+    parser.add_argument(
+        "--sort", choices=["tottime", "cumtime"], default="tottime", help="--profile's order"
+    )
     args = parser.parse_args(argv)
     work = items(args.jobs, args.keys)
     profile = cProfile.Profile() if args.profile else None
@@ -316,7 +319,7 @@ async def main(argv: list[str]) -> int:
     if len(rounds) > 1:
         print_medians(rounds)
     if profile is not None:
-        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
     return 0
 
 
