@@ -141,12 +141,7 @@ class ReadModels(PgBase):
         """The `EVENT_COLUMNS` of a page of the log, the JSON columns as their text."""
         # Two statements on purpose: the running transactions are listed before the
         # snapshot that reads the events is taken (see statements.horizon).
-        # One transaction: `running` also sets the planner for the read (see RUNNING).
-        async with (
-            self.pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor(row_factory=tuple_row) as cur,
-        ):
+        async with self.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(self.sql.running)
             found = await cur.fetchone()
             assert found is not None
