@@ -20,13 +20,15 @@ Measures, each side alternately for `--rounds` rounds, medians reported:
     jobledger at-least-once and at-most-once (whose mark, like Procrastinate's claim,
     commits before the handler runs).
 (3) enqueue in the caller's transaction: BEGIN; INSERT a business row; enqueue one job;
-    COMMIT, median per transaction, next to the same transaction without the enqueue.
-    Twice, like with like: an enqueue-only process on both sides (a web process: no
+    COMMIT, median per transaction, next to the same transaction without the enqueue;
+    the side that goes first alternates from round to round. Like with like: an enqueue-only process on both sides (a web process: no
     worker, nobody in it LISTENs — jobledger's store opens its LISTEN connection only
     for a feed subscriber), then each process with a listener of its own receiving
     every enqueue's NOTIFY, as a worker in the same process would (jobledger: a feed
     subscription read by a task; Procrastinate: a connection LISTENing on
-    `procrastinate_any_queue_v1`, the channel of a worker serving every queue).
+    `procrastinate_any_queue_v1`, the channel of a worker serving every queue). Both
+    write on the caller's one connection; a third variant puts jobledger's enqueue
+    through `engine.transaction()` (a checkout from its pool per transaction).
 """
 
 from __future__ import annotations
@@ -50,7 +52,14 @@ DATABASE = "jobledger_peer_bench"
 JL_SCHEMA = "peer_jobledger"
 PEER_SCHEMA = "peer_procrastinate"
 CHUNK = 1000
-TX_VARIANTS = {"enqueue-only process (no listener)": False, "with a listener": True}
+#: (3)'s variants: label -> (a listener in each process, jobledger on the caller's own
+#: connection as Procrastinate's `configure(connection=conn)` is, or through
+#: `engine.transaction()`: a checkout from the store's pool per transaction)
+TX_VARIANTS = {
+    "enqueue-only process, caller's connection": (False, True),
+    "with a listener, caller's connection": (True, True),
+    "enqueue-only process, jobledger through engine.transaction()": (False, False),
+}
 
 SETUP_HELP = """\
 The Procrastinate side needs its own interpreter (Procrastinate is not a dependency
@@ -335,7 +344,9 @@ async def jl_wake(samples: int, gap: float, mode: str) -> dict[str, Any]:
     return {"ms": out}
 
 
-async def jl_tx(n: int, listen: bool) -> dict[str, Any]:
+async def jl_tx(n: int, listen: bool, own_conn: bool) -> dict[str, Any]:
+    import psycopg
+
     from jobledger.domain.jobs import Job
     from jobledger.engine import Engine
 
@@ -360,16 +371,30 @@ async def jl_tx(n: int, listen: bool) -> dict[str, Any]:
         async with store.pool.connection() as conn:
             await conn.execute(f"CREATE TABLE {s}.business (id bigint, note text)")
 
+        own = await psycopg.AsyncConnection.connect(bench_dsn())
+
         async def raw(i: int) -> None:
+            if own_conn:
+                async with own.transaction():
+                    await own.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+                return
             async with store.pool.connection() as conn, conn.transaction():
                 await conn.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
 
         async def with_job(i: int) -> None:
+            if own_conn:
+                async with own.transaction():
+                    await own.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
+                    await engine.enqueue("bench:business", {"i": i}, tx=own, key=f"k{i}")
+                return
             async with engine.transaction() as tx:
                 await tx.native.execute(f"INSERT INTO {s}.business VALUES (%s, %s)", (i, "x"))
                 await engine.enqueue("bench:business", {"i": i}, tx=tx, key=f"k{i}")
 
-        base, ours = await interleaved(raw, with_job, n)
+        try:
+            base, ours = await interleaved(raw, with_job, n)
+        finally:
+            await own.close()
     finally:
         if reader is not None:
             reader.cancel()
@@ -414,12 +439,15 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
             pr.setdefault("wake", []).append(res)
             version = res["version"]
         if "tx" in args.only:
-            for key, listen in TX_VARIANTS.items():
-                jl.setdefault(key, []).append(await jl_tx(args.single, listen))
+            for key, (listen, own_conn) in TX_VARIANTS.items():
                 flag = ["--listen"] if listen else []
-                res = run_peer(peer, "tx", "--single", str(args.single), *flag)
-                pr.setdefault(key, []).append(res)
-                version = res["version"]
+                for side in ("jl", "pr") if r % 2 == 0 else ("pr", "jl"):  # who goes first
+                    if side == "jl":
+                        jl.setdefault(key, []).append(await jl_tx(args.single, listen, own_conn))
+                        continue
+                    res = run_peer(peer, "tx", "--single", str(args.single), *flag)
+                    pr.setdefault(key, []).append(res)
+                    version = res["version"]
         loads.append(loadavg())
     print(f"load average (1/5/15 min) after each round: {' | '.join(loads[1:])}")
     print(
