@@ -52,6 +52,7 @@ DATABASE = "jobledger_peer_bench"
 JL_SCHEMA = "peer_jobledger"
 PEER_SCHEMA = "peer_procrastinate"
 CHUNK = 1000
+NO_FLUSH_ENV = "JOBLEDGER_PEER_NO_FLUSH"
 #: (3)'s variants: label -> (a listener in each process, jobledger on the caller's own
 #: connection as Procrastinate's `configure(connection=conn)` is, or through
 #: `engine.transaction()`: a checkout from the store's pool per transaction)
@@ -79,11 +80,17 @@ def pct(values: list[float], q: float) -> float:
 
 
 def bench_dsn(schema: str | None = None) -> str:
+    """Every connection of both sides; `--no-flush` (inherited by the Procrastinate side
+    through NO_FLUSH_ENV) adds `synchronous_commit=off`: the commits then skip the WAL
+    flush, whose time on this shared disk swings several-fold from minute to minute."""
     from psycopg.conninfo import make_conninfo
 
-    if schema is None:
+    options = [f"-c search_path={schema}"] if schema is not None else []
+    if os.environ.get(NO_FLUSH_ENV):
+        options.append("-c synchronous_commit=off")
+    if not options:
         return make_conninfo(SERVER, dbname=DATABASE)
-    return make_conninfo(SERVER, dbname=DATABASE, options=f"-c search_path={schema}")
+    return make_conninfo(SERVER, dbname=DATABASE, options=" ".join(options))
 
 
 async def ensure_database() -> None:
@@ -421,6 +428,8 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
     version = ""
     loads = [loadavg()]
     print(f"load average (1/5/15 min) at start: {loads[0]}", flush=True)
+    if os.environ.get(NO_FLUSH_ENV):
+        print("both sides with synchronous_commit=off (--no-flush)", flush=True)
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", flush=True)
         if "drain" in args.only:
@@ -538,10 +547,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gap", type=float, default=0.05, help="wake: seconds between samples")
     parser.add_argument("--single", type=int, default=600, help="tx: transactions per round")
     parser.add_argument("--only", default="drain,wake,tx")
+    parser.add_argument(
+        "--no-flush",
+        action="store_true",
+        help="both sides' sessions with synchronous_commit=off (no WAL flush per commit)",
+    )
     parser.add_argument("--peer-side", choices=["drain", "wake", "tx"], help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--listen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.no_flush:
+        os.environ[NO_FLUSH_ENV] = "1"
     if args.peer_side:
         asyncio.run(peer_main(args))
         return 0
