@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from jobledger.core.clock import FakeClock
+from jobledger.http.dashboard import RANGES, dashboard
 from jobledger.projections import stats
 from jobledger.projections.runner import ProjectionRunner
 from jobledger.projections.stats import StatsProjection, catch_up_stats, read_stats
@@ -63,3 +64,24 @@ async def test_calls_during_a_catch_up_share_it(
     results = await asyncio.gather(*(catch_up_stats(store) for _ in range(5)))
     assert folds == 1
     assert {position for position, _ in results} == {store.log[-1].position}
+
+
+async def test_the_dashboard_answers_within_the_same_budget(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It used to catch up without a budget: under a busy drain it never answered."""
+    store = MemoryStore()
+    await generate(store, clock, jobs_count=24)
+    monkeypatch.setattr(stats, "CALL_BUDGET", 10)
+    original = ProjectionRunner.__init__
+
+    def small_pages(self: ProjectionRunner, *args: object, **kw: object) -> None:
+        original(self, *args, **{**kw, "page": 10})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ProjectionRunner, "__init__", small_pages)
+    first = await dashboard(store, clock.now(), RANGES["1h"])
+    assert first["caught_up"] is False and first["position"] == store.log[9].position
+    assert any("lag" in note for note in first["notes"])
+    monkeypatch.setattr(stats, "CALL_BUDGET", 10_000)
+    later = await dashboard(store, clock.now(), RANGES["1h"])
+    assert later["caught_up"] is True and later["position"] == store.log[-1].position

@@ -27,11 +27,11 @@ from jobledger.http.pods import pods
 from jobledger.projections.depth import STATUSES
 from jobledger.projections.stats import (
     OUTCOMES,
-    catch_up_stats,
     hour_of,
     minute_of,
     oldest_pending_age,
     open_counts,
+    stats_for_a_call,
 )
 from jobledger.storage.port import Store
 
@@ -153,7 +153,7 @@ async def dashboard(
     """What the dashboard shows; `paused` is None when this process runs no worker
     (pause state lives in each worker's memory); a pod is live while its heartbeat is
     newer than `live_s`."""
-    position, state = await catch_up_stats(store)
+    position, state, caught_up = await stats_for_a_call(store)
     names = span.names(now)
     recent = RANGES["1h"].names(now)
     rows = target_rows(state, recent, paused or {})
@@ -172,6 +172,8 @@ async def dashboard(
         )
     if code is not None:
         notes.append("queue depth over time is kept per target: the depth chart ignores the code")
+    if not caught_up:
+        notes.append("the log grows faster than this call folds it: the numbers lag behind")
     if paused is None:
         notes.append(
             "no worker runs in this process: pause state lives in each worker's memory"
@@ -180,6 +182,7 @@ async def dashboard(
     return {
         "as_of": iso(now),
         "position": position,
+        "caught_up": caught_up,
         "range": span.name,
         "step_s": int(span.step.total_seconds()),
         "target": target,

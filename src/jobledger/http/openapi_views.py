@@ -29,6 +29,7 @@ SCHEMAS: dict[str, Any] = {
         {
             "as_of": _TIME,
             "position": _COUNT,
+            "caught_up": {"type": "boolean"},
             "range": {"type": "string", "enum": list(RANGES)},
             "step_s": {"type": "integer", "enum": [60, 3600]},
             "target": {"type": ["string", "null"]},

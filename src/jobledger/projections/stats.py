@@ -254,6 +254,14 @@ async def catch_up_stats(
     return await runner.state()
 
 
+async def stats_for_a_call(store: Store) -> tuple[int, Any, bool]:
+    """The checkpoint a request answers from: caught up by at most `CALL_BUDGET` events;
+    (position, state, whether that reached the end of the log)."""
+    position, state = await catch_up_stats(store, max_events=CALL_BUDGET)
+    newest = await store.read_log_newest(None, limit=1)
+    return position, state, not newest or (newest[0].position or 0) <= position
+
+
 def open_counts(state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per target: PENDING, RUNNING and DEAD counts and the same per code."""
     queue: dict[str, dict[str, Any]] = {}
@@ -290,8 +298,7 @@ async def read_stats(store: Store, now: datetime, *, hours: int = 24) -> dict[st
     budget left it and `caught_up` false (the stats reactor folds on). Memory and reads
     per call grow with the number of targets and codes, not with the number of jobs.
     """
-    position, state = await catch_up_stats(store, max_events=CALL_BUDGET)
-    newest = await store.read_log_newest(None, limit=1)
+    position, state, caught_up = await stats_for_a_call(store)
     since = hour_of(now - timedelta(hours=max(hours, 1) - 1))
     rows: list[dict[str, Any]] = []
     totals = dict.fromkeys(OUTCOMES.values(), 0)
@@ -318,7 +325,7 @@ async def read_stats(store: Store, now: datetime, *, hours: int = 24) -> dict[st
     return {
         "as_of": iso(now),
         "position": position,
-        "caught_up": not newest or (newest[0].position or 0) <= position,
+        "caught_up": caught_up,
         "since": since,
         "hours": rows,
         "minutes": minutes,
