@@ -17,6 +17,17 @@ from jobledger.storage.memory import MemoryStore
 from tests.contract.test_replay_workload import generate
 
 
+def budget_of_ten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call may fold 10 events, read in pages of 10."""
+    monkeypatch.setattr(stats, "CALL_BUDGET", 10)
+    original = ProjectionRunner.__init__
+
+    def small_pages(self: ProjectionRunner, *args: object, **kw: object) -> None:
+        original(self, *args, **{**kw, "page": 10})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ProjectionRunner, "__init__", small_pages)
+
+
 async def test_the_runner_stops_after_its_budget(clock: FakeClock) -> None:
     store = MemoryStore()
     await generate(store, clock, jobs_count=24)
@@ -32,13 +43,7 @@ async def test_a_call_answers_within_its_budget_and_says_so(
 ) -> None:
     store = MemoryStore()
     await generate(store, clock, jobs_count=24)
-    monkeypatch.setattr(stats, "CALL_BUDGET", 10)
-    original = ProjectionRunner.__init__
-
-    def small_pages(self: ProjectionRunner, *args: object, **kw: object) -> None:
-        original(self, *args, **{**kw, "page": 10})  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ProjectionRunner, "__init__", small_pages)
+    budget_of_ten(monkeypatch)
     first = await read_stats(store, clock.now())
     assert first["caught_up"] is False and first["position"] == store.log[9].position
     monkeypatch.setattr(stats, "CALL_BUDGET", 10_000)
@@ -72,13 +77,7 @@ async def test_the_dashboard_answers_within_the_same_budget(
     """It used to catch up without a budget: under a busy drain it never answered."""
     store = MemoryStore()
     await generate(store, clock, jobs_count=24)
-    monkeypatch.setattr(stats, "CALL_BUDGET", 10)
-    original = ProjectionRunner.__init__
-
-    def small_pages(self: ProjectionRunner, *args: object, **kw: object) -> None:
-        original(self, *args, **{**kw, "page": 10})  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ProjectionRunner, "__init__", small_pages)
+    budget_of_ten(monkeypatch)
     first = await dashboard(store, clock.now(), RANGES["1h"])
     assert first["caught_up"] is False and first["position"] == store.log[9].position
     assert any("lag" in note for note in first["notes"])

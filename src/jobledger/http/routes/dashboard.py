@@ -15,7 +15,11 @@ from jobledger.config.api_keys import Principal
 from jobledger.http.dashboard import RANGES, Range, dashboard
 from jobledger.http.errors import ValidationFailed
 from jobledger.http.routes._guard import api, services
-from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render
+from jobledger.http.routes.page_base import (
+    error_page,
+    filtered_page_principal,
+    render,
+)
 from jobledger.http.svg_chart import Line, chart, sparkline
 
 QUERY = ("range", "target", "code")
@@ -77,11 +81,9 @@ def bucket_label(name: str, span: str) -> str:
 
 
 async def dashboard_page(request: Request) -> Response:
-    principal = await principal_of(request)
-    if principal is None:
-        return login_redirect(request)
-    if any("\x00" in value for _, value in request.query_params.multi_items()):
-        return error_page(request, principal, 400, "Bad filter", "Filters must not contain U+0000.")
+    principal = await filtered_page_principal(request)
+    if isinstance(principal, Response):
+        return principal
     try:
         numbers = await _numbers(request)
     except ValidationFailed as exc:

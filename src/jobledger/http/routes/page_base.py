@@ -62,6 +62,18 @@ def login_redirect(request: Request) -> Response:
     return RedirectResponse(f"/admin/login?{urlencode({'next': target})}", status_code=303)
 
 
+async def filtered_page_principal(request: Request) -> Principal | Response:
+    """The signed-in principal of a page whose query holds filters, or the answer that
+    replaces the page: the sign-in redirect, or 400 when a filter holds U+0000 (no
+    stored name can, and PostgreSQL refuses it in a query)."""
+    principal = await principal_of(request)
+    if principal is None:
+        return login_redirect(request)
+    if any("\x00" in value for _, value in request.query_params.multi_items()):
+        return error_page(request, principal, 400, "Bad filter", "Filters must not contain U+0000.")
+    return principal
+
+
 def _flash_sign(secret: bytes, text: str) -> str:
     return hmac.new(secret, b"flash\x00" + text.encode(), hashlib.sha256).hexdigest()
 

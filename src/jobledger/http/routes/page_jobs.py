@@ -17,7 +17,10 @@ from jobledger.http import listing
 from jobledger.http.finished import FINISHED_STATUSES
 from jobledger.http.listing import capped_count, list_open, shown_count
 from jobledger.http.routes._guard import services
-from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render
+from jobledger.http.routes.page_base import (
+    filtered_page_principal,
+    render,
+)
 from jobledger.http.routes.page_finished import finished_page, wants_finished
 from jobledger.http.serialize import job_json
 from jobledger.storage.port import JobFilter
@@ -69,11 +72,9 @@ async def bulk_context(
 
 
 async def jobs_page(request: Request) -> Response:
-    principal = await principal_of(request)
-    if principal is None:
-        return login_redirect(request)
-    if any("\x00" in value for _, value in request.query_params.multi_items()):
-        return error_page(request, principal, 400, "Bad filter", "Filters must not contain U+0000.")
+    principal = await filtered_page_principal(request)
+    if isinstance(principal, Response):
+        return principal
     if wants_finished(request):
         return await finished_page(request, principal)
     flt = page_filter(request)
