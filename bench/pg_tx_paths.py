@@ -5,7 +5,11 @@ turns in blocks of 100 (`--rounds` blocks each, after 100 warm-up calls per path
 the caller's own psycopg connection (as in bench/peer_procrastinate.py's (3)), the same
 in autocommit mode with `conn.transaction()`, a connection checked out of the store's
 pool, and `engine.transaction()` (the pool checkout plus the `Transaction` wrapper).
-`--no-flush` runs every session with `synchronous_commit=off`.
+`--no-flush` runs every session with `synchronous_commit=off`. Each round also runs
+the caller's-connection path with a listener in this process: the store's feed
+subscribed and read by a task (what a pod's runtime does), and a bare psycopg
+connection LISTENing on the same channel and read by a task (what a Procrastinate
+worker's listener does).
 
     .venv/bin/python bench/pg_tx_paths.py [--rounds 6] [--no-flush]
 """
@@ -17,12 +21,14 @@ import asyncio
 import os
 import statistics
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import psycopg
 from pg_common import bench_dsn, engine, timed
 from psycopg.conninfo import make_conninfo
 
+from jobledger.core.tasks import cancel_and_wait
+from jobledger.storage.feed import Subscription
 from jobledger.storage.postgres import PostgresStore
 
 Conn = psycopg.AsyncConnection[object]
@@ -61,10 +67,54 @@ async def paths(
 
     return {
         "caller's connection": caller,
+        "caller's connection, store feed subscribed": Listening(store, caller, raw=False),
+        "caller's connection, bare LISTEN": Listening(store, caller, raw=True),
         "caller's autocommit connection": caller_autocommit,
         "store's pool connection": pool,
         "engine.transaction()": engine_tx,
     }
+
+
+class Listening:
+    """A path whose block of calls runs with a listener in this process (started before
+    the block, stopped after it: outside the timed calls)."""
+
+    def __init__(
+        self, store: PostgresStore, step: Callable[[int], Awaitable[None]], raw: bool
+    ) -> None:
+        self.store, self.step, self.raw = store, step, raw
+
+    async def __call__(self, i: int) -> None:
+        await self.step(i)
+
+    async def block(self, n: int) -> list[float]:
+        conn: Conn | None = None
+        if self.raw:
+            conn = await psycopg.AsyncConnection.connect(self.store.dsn, autocommit=True)
+            await conn.execute(f'LISTEN "{self.store.sql.channel}"')
+            source: AsyncIterator[object] = conn.notifies()
+        else:
+            source = await self.store.feed().open()
+
+        async def read() -> None:
+            async for _ in source:
+                pass
+
+        reader = asyncio.create_task(read())
+        try:
+            return await timed(n, self)
+        finally:
+            await cancel_and_wait(reader)
+            if conn is not None:
+                await conn.close()
+            elif isinstance(source, Subscription):
+                await source.aclose()
+
+
+async def block(step: Callable[[int], Awaitable[None]], n: int) -> list[float]:
+    if isinstance(step, Listening):
+        return await step.block(n)
+    return await timed(n, step)
 
 
 async def main() -> None:
@@ -85,10 +135,10 @@ async def main() -> None:
         found = await paths(store, own, own_ac)
         samples: dict[str, list[float]] = {name: [] for name in found}
         for step in found.values():
-            await timed(100, step)
+            await block(step, 100)
         for _ in range(args.rounds):
             for name, step in found.items():
-                samples[name] += await timed(100, step)
+                samples[name] += await block(step, 100)
     finally:
         await own.close()
         await own_ac.close()
@@ -99,7 +149,7 @@ async def main() -> None:
     first = statistics.median(samples["caller's connection"])
     for name, got in samples.items():
         ms = statistics.median(got) * 1000
-        print(f"  {name:32s} {ms:7.3f} ms  ({statistics.median(got) / first:.2f}x the caller's)")
+        print(f"  {name:44s} {ms:7.3f} ms  ({statistics.median(got) / first:.2f}x the caller's)")
 
 
 if __name__ == "__main__":
