@@ -127,3 +127,13 @@ async def test_the_listen_connection_runs_only_while_the_feed_has_a_subscriber(
     wake = await asyncio.wait_for(anext(again), 10)
     assert wake == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False)
     await again.aclose()
+
+
+async def test_a_subscription_opening_while_the_store_closes_does_not_hang(
+    pg: PostgresStore,
+) -> None:
+    opening = asyncio.ensure_future(pg.feed().open())
+    await asyncio.sleep(0)  # its LISTEN connection is being made
+    await pg.listener.stop()  # what close() does first
+    sub = await asyncio.wait_for(opening, 5)
+    await sub.aclose()

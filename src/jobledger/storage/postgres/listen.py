@@ -72,6 +72,7 @@ class Listener:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        self._ready.set()  # a start() still waiting (the store closing) returns
         await self._drop()
 
     async def _connect(self) -> None:
