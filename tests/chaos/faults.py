@@ -43,6 +43,8 @@ logger = logging.getLogger("jobledger.chaos")
 
 APP = "tests.chaos.app:setup"
 WORKER_APP_NAME = "chaos-worker"  # application_name of the workers' PostgreSQL backends
+#: how long a connection-kill round waits for a worker connection to be open
+TERMINATE_WAIT_S = 5.0
 Step = tuple[float, str, Callable[[], Awaitable[None]]]
 
 
@@ -162,15 +164,24 @@ class Faults:
 
         assert self.cluster is not None
         at = now()
-        conn = await psycopg.AsyncConnection.connect(self.cluster.dsn, autocommit=True)
-        async with conn:
-            cur = await conn.execute(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = %s AND application_name = %s",
-                (self.database, WORKER_APP_NAME),
-            )
-            row = await cur.fetchone()
-        killed = int(row[0]) if row else 0
+        # Right after another fault (a PostgreSQL restart, every worker just killed) the
+        # workers may hold no connection for a moment: try again until one is open, and
+        # fail the run only when none appeared within TERMINATE_WAIT_S.
+        deadline = asyncio.get_running_loop().time() + TERMINATE_WAIT_S
+        killed = 0
+        while True:
+            conn = await psycopg.AsyncConnection.connect(self.cluster.dsn, autocommit=True)
+            async with conn:
+                cur = await conn.execute(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
+                    " FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
+                    (self.database, WORKER_APP_NAME),
+                )
+                row = await cur.fetchone()
+            killed = int(row[0]) if row else 0
+            if killed or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.2)
         self.summary.pg_terminations += 1
         self.summary.pg_connections_killed += killed
         if killed == 0:
