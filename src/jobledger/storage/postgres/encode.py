@@ -9,7 +9,7 @@ bytea compares bytewise, which is the code-point order Python sorts `str` by).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -124,21 +124,7 @@ def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
     """The row of `Statements.copy_events` (binary COPY, `copy_event_types`) for the
     event of a change that passes `opens_job`, written at `position`; `json` columns
     as their text (json's binary input)."""
-    event = change.events[0]
-    actor = actor_json(event.actor)
-    return (
-        position,
-        event.stream,
-        event.version,
-        event.type,
-        json_bytes(dict(event.data)),
-        event.at,
-        None if actor is None else json_bytes(actor),
-        event.trace_id,
-        event.prev_hash,
-        event.hash,
-        _dedupe_key(change, 0, event),
-    )
+    return (position, *_first_event_columns(change, json_bytes))
 
 
 def one_params(change: Change) -> list[Any]:
@@ -147,23 +133,12 @@ def one_params(change: Change) -> list[Any]:
     the payload's the same text as in the event's data, as `job_copy_row` writes it),
     then the wake-up's payload (what `listen.parse_wake` reads)."""
     job: Job = change.row
-    event = change.events[0]
-    actor = actor_json(event.actor)
     row = _job_values(job)
     for k in _JSON_FIELDS:
         if row[k] is not None:
             row[k] = dumps(row[k])
     return [
-        event.stream,
-        event.version,
-        event.type,
-        dumps(dict(event.data)),
-        event.at,
-        None if actor is None else dumps(actor),
-        event.trace_id,
-        event.prev_hash,
-        event.hash,
-        _dedupe_key(change, 0, event),
+        *_first_event_columns(change, dumps),
         *row,
         job.order_key.encode(),
         f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false}}',
@@ -186,8 +161,6 @@ def is_guarded_update(change: Change) -> bool:
 def guarded_update_params(change: Change, pod: str, now: datetime) -> list[Any]:
     """The parameters of `Statements.guarded_update` (see `mark_statement`)."""
     job: Job = change.row
-    event = change.events[0]
-    actor = actor_json(event.actor)
     transition = job_transition_dict(job)
     del transition["id"]
     return [
@@ -197,18 +170,28 @@ def guarded_update_params(change: Change, pod: str, now: datetime) -> list[Any]:
         *transition.values(),
         job.id,
         change.expected_version,
+        *_first_event_columns(change, dumps),
+        f'{{"p":[{change.partition}],"l":["{job.lane.value}"],"s":false}}',
+    ]
+
+
+def _first_event_columns(change: Change, encode: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """The columns of a change's first event after its position, in the log's column
+    order; its data and actor through `encode` (bytes for COPY, text for parameters)."""
+    event = change.events[0]
+    actor = actor_json(event.actor)
+    return (
         event.stream,
         event.version,
         event.type,
-        dumps(dict(event.data)),
+        encode(dict(event.data)),
         event.at,
-        None if actor is None else dumps(actor),
+        None if actor is None else encode(actor),
         event.trace_id,
         event.prev_hash,
         event.hash,
         _dedupe_key(change, 0, event),
-        f'{{"p":[{change.partition}],"l":["{job.lane.value}"],"s":false}}',
-    ]
+    )
 
 
 def wake_params(changes: Sequence[Change]) -> dict[str, list[Any]]:
