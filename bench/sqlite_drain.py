@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from drain import enqueue_noops
+from drain import enqueue_noops, raw_sqlite
 
 from jobledger.config.settings import Settings
 from jobledger.domain.jobs import Job
@@ -120,31 +120,6 @@ async def raw_same_writes(folder: Path, jobs: int, synchronous: str = "FULL") ->
     return drained / elapsed
 
 
-def raw_queue(folder: Path, jobs: int) -> float:
-    conn = sqlite3.connect(folder / "raw-queue.db", isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, payload TEXT)")
-    conn.execute("BEGIN")
-    conn.executemany("INSERT INTO q (payload) VALUES (?)", [("x",)] * jobs)
-    conn.execute("COMMIT")
-    began = time.perf_counter()
-    drained = 0
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        rows = conn.execute(
-            "DELETE FROM q WHERE id IN (SELECT id FROM q ORDER BY id LIMIT 100) RETURNING id"
-        ).fetchall()
-        conn.execute("COMMIT")
-        if not rows:
-            break
-        drained += len(rows)
-    elapsed = time.perf_counter() - began
-    conn.close()
-    print(f"  {'raw queue DELETE…RETURNING':32s} {drained / elapsed:9,.0f} rows/s", flush=True)
-    return drained / elapsed
-
-
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -159,7 +134,7 @@ async def main() -> int:
             inline = await engine_drain(folder, args.jobs, offload=False)
             same = await raw_same_writes(folder, args.jobs)
             await raw_same_writes(folder, args.jobs, "NORMAL")
-            queue = raw_queue(folder, args.jobs)
+            queue = raw_sqlite(folder, args.jobs, synchronous="FULL")
         print(
             f"  ratios: engine / raw same writes {engine / same:.3f},"
             f" inline / raw same writes {inline / same:.3f}, engine / raw queue {engine / queue:.4f}"
