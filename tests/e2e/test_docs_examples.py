@@ -97,6 +97,26 @@ def blocks_of(doc: Path) -> list[Block]:
 ALL = [block for doc in DOCS for block in blocks_of(doc)]
 
 
+def run_block(block: Block, cwd: Path, **extra_env: str) -> tuple[int, str]:
+    """Run `block` as a reader would (`python -` or `bash -e` in `cwd`, no JOBLEDGER_*
+    variables of the test run, this venv's scripts on PATH): (exit status, output)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra_env)
+    command = [sys.executable, "-"] if block.language == "python" else ["bash", "-e"]
+    done = subprocess.run(
+        command,
+        input=block.code,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
 def test_the_docs_have_runnable_examples() -> None:
     """The collector finds the README's example (a parser that saw nothing would pass
     every test below vacuously)."""
@@ -120,22 +140,9 @@ def test_example(block: Block, tmp_path: Path) -> None:
             break
         if earlier.mode == "file":
             (tmp_path / earlier.argument).write_text(earlier.code, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = [sys.executable, "-"] if block.language == "python" else ["bash", "-e"]
     for run in (1, 2):
-        done = subprocess.run(
-            command,
-            input=block.code,
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        output = done.stdout + done.stderr
-        assert done.returncode == 0, f"{block.id} run {run} failed ({done.returncode}):\n{output}"
+        returncode, output = run_block(block, tmp_path)
+        assert returncode == 0, f"{block.id} run {run} failed ({returncode}):\n{output}"
         assert "Traceback" not in output, f"{block.id} run {run}:\n{output}"
         for text in block.expect:
             assert text in output, f"{block.id} run {run}: {text!r} not in the output:\n{output}"

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -38,7 +35,7 @@ from jobledger.storage.mongodb import MongoStore
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.port import Wake
 from tests.contract.lanes_kit import Recorder, enqueue, keys_in, make_engine, pod, until
-from tests.e2e.test_docs_examples import ROOT, Block, blocks_of
+from tests.e2e.test_docs_examples import ROOT, Block, blocks_of, run_block
 from tests.factories.mongodb import (
     SKIP_REASON,
     business_count,
@@ -290,22 +287,12 @@ def test_the_client_example_of_the_docs_runs_twice(database_name: str, tmp_path:
     """As tests/e2e/test_docs_examples.py runs a block: `python -` in a fresh folder,
     twice (the second run finds the order's job already enqueued and delivered)."""
     block = _client_example()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    env.update(MONGODB_URI=str(mongo_uri()), MONGODB_DB=database_name)
     outputs = []
     for _ in range(2):
-        done = subprocess.run(
-            [sys.executable, "-"],
-            input=block.code,
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        returncode, output = run_block(
+            block, tmp_path, MONGODB_URI=str(mongo_uri()), MONGODB_DB=database_name
         )
-        output = done.stdout + done.stderr
-        assert done.returncode == 0 and "Traceback" not in output, output
+        assert returncode == 0 and "Traceback" not in output, output
         outputs.append(output)
     assert "receipt for order 7" in outputs[0] and "new job" in outputs[0]
     assert "already enqueued" in outputs[1] and "receipt for order 7" not in outputs[1]
