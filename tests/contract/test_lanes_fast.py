@@ -37,11 +37,34 @@ async def test_250_rows_go_in_pages_of_100_100_50(store: Store, clock: FakeClock
     await enqueue(engine, "kafka:t", [{"payload": i, "key": k} for i, k in enumerate(keys)])
     sizes = await drain(runtime, P)
     assert sorted(j.key for j in rec.calls) == keys
-    assert runtime.fast.stats.pages[:3] == [100, 100, 50]
+    # a page read while the round before it commits (read-ahead) may hold that round's
+    # last row once more, as it was before the commit: taken out, never sent again
+    pages = runtime.fast.stats.pages[:3]
+    assert pages[:2] == [100, 100]
+    assert pages[2] in (50, 51, 52)
     if mode == ALO:
-        assert sizes == [100, 100, 50]
+        assert len(sizes) == 3 and sum(sizes) == 250 and sizes[0] == 100
     else:
         assert sizes == [1] * 250  # one at-most-once row at risk per partition
+    assert await store.all_jobs() == []
+
+
+@pytest.mark.parametrize("mode", [ALO, AMO])
+async def test_a_key_cut_at_the_page_end_runs_once_in_order(
+    store: Store, clock: FakeClock, mode: DeliveryMode
+) -> None:
+    """A full page ends with two of a key's five versions. The next page starts at that
+    key again and may be read while the round's outcomes commit (read-ahead), seeing the
+    two rows still queued: they are not sent again, and the key's versions go in order."""
+    engine, runtime, rec = await one_pod(store, clock, mode)
+    keys = keys_in(P, 99)
+    cut = keys[-1]
+    items: list[dict[str, object]] = [{"payload": k, "key": k} for k in keys[:-1]]
+    items += [{"payload": f"v{v}", "key": cut, "version": v} for v in range(1, 6)]
+    await enqueue(engine, "kafka:t", items)
+    await drain(runtime, P)
+    assert [j.payload for j in rec.calls if j.key == cut] == ["v1", "v2", "v3", "v4", "v5"]
+    assert sorted(j.key for j in rec.calls if j.key != cut) == keys[:-1]
     assert await store.all_jobs() == []
 
 

@@ -6,6 +6,13 @@ marks, in a handful of transactions instead of hundreds ("Throughput without los
 guarantees"). Marks are lease-guarded; outcomes are not (a late outcome is still a
 compare-and-set on the row, reference §9): a call holding marks is applied under the
 guard, and any unguarded change the guard refused is applied once more without it.
+
+A commit carries at most about `max_changes` changes (whole calls: a call is never
+split across transactions). Without that cap the pod ran in waves: every worker of a
+busy pod submitted in the same loop turn, one commit took everything, and the pod sat
+idle while the database wrote it (and the database idle while the pod ran the next
+rounds). With it, the workers of the first commit run their next rounds while the
+next commit is written: pod and database overlap. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -29,11 +36,18 @@ class _Call:
     future: asyncio.Future[list[bool]]
 
 
+#: changes one commit takes before it leaves the other calls to the next one
+MAX_COMMIT_CHANGES = 1000
+
+
 class GroupCommitter:
-    def __init__(self, store: Store, clock: Clock, pod: str) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, pod: str, *, max_changes: int = MAX_COMMIT_CHANGES
+    ) -> None:
         self._store = store
         self._clock = clock
         self._pod = pod
+        self._max_changes = max_changes
         self._pending: list[_Call] = []
         self._writer: asyncio.Task[None] | None = None
         self.commits = 0  # transactions written (for the benches)
@@ -57,7 +71,7 @@ class GroupCommitter:
 
     async def _write_all(self) -> None:
         while self._pending:
-            calls, self._pending = self._pending, []
+            calls = self._take()
             changes = [change for call in calls for change in call.changes]
             guarded = [flag for call in calls for flag in call.guarded]
             try:
@@ -73,6 +87,20 @@ class GroupCommitter:
                 if not call.future.done():
                     call.future.set_result(flags[start:end])
                 start = end
+
+    def _take(self) -> list[_Call]:
+        """The calls of the next commit: the oldest first, whole calls, until they hold
+        `max_changes` changes (always at least one call)."""
+        pending = self._pending
+        size = 0
+        end = 0
+        while end < len(pending) and (
+            end == 0 or size + len(pending[end].changes) <= self._max_changes
+        ):
+            size += len(pending[end].changes)
+            end += 1
+        calls, self._pending = pending[:end], pending[end:]
+        return calls
 
     async def _write(self, changes: list[Change], guarded: list[bool]) -> list[bool]:
         if not any(guarded):

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("jobledger.fast_lane")
 
+#: page reads of the lane's workers at once: the rest wait, so that the group commit
+#: (and the lease heartbeat) find a pooled connection instead of queueing behind 64 reads
+PAGE_READS_AT_ONCE = 4
+
 
 @dataclass(slots=True)
 class LaneStats:
@@ -80,6 +84,7 @@ class FastLane:
         self.autostart = autostart
         self.workers: dict[int, PartitionWorker] = {}
         self.stats = LaneStats()
+        self.reads = asyncio.Semaphore(PAGE_READS_AT_ONCE)
 
     def view(self, name: str) -> TargetView | None:
         target = self.engine.targets.find(name)

@@ -6,10 +6,19 @@ on the order key, ≤ `fast_batch`), keeps what is still to run in a buffer sort
 A full page may cut its last key short: `domain.lanes.next_page_after` re-reads that key
 from its first remaining version. The pass also collects when it must look again (the
 earliest held retry) and which paused targets have rows here (their probes).
+
+Read-ahead: when a round leaves nothing in the buffer to run and its page was full, the
+next page's position is known before the round's outcomes commit, so the worker reads it
+while they do (`start_read_ahead`). That read may see the round's own rows as they were
+before the commit: `take_read_ahead` puts in the state the commit left them in (a row
+that left the queue, or whose outcome lost its compare-and-set, is dropped), so the
+page is the one a read after the commit would have returned.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -21,6 +30,9 @@ if TYPE_CHECKING:
 
 #: prefixes of the buffer an at-most-once round plans on before the whole buffer
 _PREFIXES = (4, 32)
+#: a read-ahead is skipped when more than 1/_AHEAD_AGAIN of its page would be rows of
+#: the page before (the versions of a key cut short at its end; 1 row with distinct keys)
+_AHEAD_AGAIN = 10
 
 
 class PartitionPass:
@@ -37,6 +49,7 @@ class PartitionPass:
         self._page_full = False
         self._need_read = True
         self._open = False
+        self._ahead_after: str | None = None  # where the page being read ahead starts
         self.wake_at: datetime | None = None
         self.paused_seen: set[str] = set()
 
@@ -56,26 +69,15 @@ class PartitionPass:
 
     async def next_plan(self) -> BatchPlan | None:
         """The next round with something to send, or None once the pass is over."""
-        lane = self.lane
         while True:
             if self._need_read:
                 if not self._open:
                     self._open = True
                     self.wake_at = None
                     self.paused_seen = set()
-                page = await lane.store.fast_pending(
-                    self.partition, after_key=self._after, limit=lane.settings.fast_batch
-                )
-                lane.stats.page(len(page))
-                if not page:
-                    self.finish()
+                page = await self.read_page(self._after)
+                if not self._take_page(page, page, self._after):
                     return None
-                self._page_start = self._after
-                self._page_full = len(page) >= lane.settings.fast_batch
-                self._page = page
-                self.buffer = list(page)
-                self._targets = {job.target for job in page}
-                self._need_read = False
             plan = self.plan()
             if plan.size:
                 return plan
@@ -85,6 +87,62 @@ class PartitionPass:
             self._after = next_page_after(self._page_start, self._page, self.buffer)
             self.buffer = []
             self._need_read = True
+
+    async def read_page(self, after: str | None) -> list[Job]:
+        """The partition's PENDING rows after keyset position `after` (one page); no
+        more than `FastLane.reads` of the lane's page reads at once, so a commit never
+        waits for a pooled connection behind them."""
+        lane = self.lane
+        async with lane.reads:
+            return await lane.store.fast_pending(
+                self.partition, after_key=after, limit=lane.settings.fast_batch
+            )
+
+    def _take_page(self, page: list[Job], rows: list[Job], after: str | None) -> bool:
+        """Make `page`, read after `after`, the pass's current page, its `rows` (the page
+        as it stands now) the buffer; False when it is empty: the pass is over."""
+        lane = self.lane
+        lane.stats.page(len(page))
+        if not page:
+            self.finish()
+            return False
+        self._after = after
+        self._page_start = after
+        self._page_full = len(page) >= lane.settings.fast_batch
+        self._page = page
+        self.buffer = rows if rows is not page else list(page)
+        self._targets = {job.target for job in page}
+        self._need_read = False
+        return True
+
+    def start_read_ahead(self, plan: BatchPlan | None) -> asyncio.Task[list[Job]] | None:
+        """The read of the next page, started now, when it is the pass's next step: the
+        buffer has nothing to run in the next round (`plan`, None for an empty buffer)
+        and the page was full. None when the next step is not a read."""
+        if (plan is not None and plan.size) or self._need_read or not self._page_full:
+            return None
+        after = next_page_after(self._page_start, self._page, self.buffer)
+        again = sum(1 for job in self._page if after is None or job.order_key > after)
+        if again > len(self._page) // _AHEAD_AGAIN:
+            # the next page starts inside this one (a key cut short at its end): read
+            # early, it would return the rows of the round still uncommitted, again
+            return None
+        self._ahead_after = after
+        return asyncio.get_running_loop().create_task(self.read_page(after))
+
+    def take_read_ahead(self, page: list[Job], settled: Mapping[str, Job | None]) -> None:
+        """The page read ahead, once the round's commit is done. `settled` holds the
+        round's rows as the commit left them (None: gone from the queue, or no longer
+        ours to run): the read may have seen them before the commit."""
+        rows: list[Job] = []
+        for job in page:
+            if job.id in settled:
+                now = settled[job.id]
+                if now is None:
+                    continue
+                job = now
+            rows.append(job)
+        self._take_page(page, rows, self._ahead_after)
 
     def plan(self) -> BatchPlan:
         """The planner's next round over the buffer as it is now."""

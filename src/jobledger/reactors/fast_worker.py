@@ -304,9 +304,14 @@ class PartitionWorker:
                 mark = lane.mark(next_plan.risky)
                 changes.append(mark)
                 guarded.append(True)
+        # nothing to run before the next page: read it while the outcomes commit
+        ahead = (
+            None if mark is not None or self.stopping else self.pass_.start_read_ahead(next_plan)
+        )
         try:
             flags = await lane.committer.commit(changes, guarded) if changes else []
-        except Exception:
+        except BaseException:
+            _abandon(ahead)
             self._unwritten = ran  # decided but not written: _recover writes them
             self._unreleased.extend(releases)
             raise
@@ -315,13 +320,45 @@ class PartitionWorker:
             lane.outcomes.finish(item.job, item.run, item.outcome, ok)
             if not ok:
                 lost.add(item.job.id)
-                await lane.outcomes.record_lost(item.job, item.run, item.outcome, lane.pod)
         for release, ok in zip(releases, flags[len(ran) :], strict=False):
             if not ok:  # changed by someone else (a takeover): not ours to send
                 lost.add(release.stream.partition(":")[2])
         if lost:
             self.pass_.update({}, lost)
+        if ahead is not None:
+            await self._take_ahead(ahead, replaced, dropped | lost)
+        for item, ok in zip(ran, flags, strict=False):
+            if not ok:
+                await lane.outcomes.record_lost(item.job, item.run, item.outcome, lane.pod)
         if mark is not None and next_plan is not None and next_plan.risky is not None:
             marked = await self._marked(next_plan.risky, mark, flags[-1])
             if marked is not None:
                 self._carried = (next_plan, marked)
+
+    async def _take_ahead(
+        self, ahead: asyncio.Task[list[Job]], replaced: dict[str, Job], gone: set[str]
+    ) -> None:
+        """The page read during the commit, with the round's rows as the commit left
+        them (`replaced`: still open, now this row; `gone`: left the queue, or lost to
+        another writer). A failed read is left to the pass: it reads the page again."""
+        try:
+            page = await ahead
+        except asyncio.CancelledError:
+            _abandon(ahead)
+            raise
+        except Exception:
+            logger.warning("partition %d: reading ahead failed", self.partition, exc_info=True)
+            return
+        settled: dict[str, Job | None] = dict(replaced)
+        settled.update(dict.fromkeys(gone))
+        self.pass_.take_read_ahead(page, settled)
+
+
+def _abandon(task: asyncio.Task[list[Job]] | None) -> None:
+    """Give up a read-ahead: cancel it, or collect what it raised (never left unseen)."""
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()

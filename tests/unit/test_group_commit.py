@@ -1,0 +1,52 @@
+"""Group commit (reactors/commit.py): calls share commits, whole calls, up to a size."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from jobledger.config.settings import Settings
+from jobledger.core.clock import FakeClock
+from jobledger.domain.jobs import Change, NewJob
+from jobledger.engine import Engine
+from jobledger.reactors.commit import GroupCommitter
+from jobledger.storage.memory import MemoryStore
+from jobledger.storage.port import LeaseGuard
+
+
+class CountingStore(MemoryStore):
+    """The memory store, noting the size of every `apply`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
+        self.sizes.append(len(changes))
+        return await super().apply(changes, guard=guard)
+
+
+def new_jobs(engine: Engine, count: int, prefix: str) -> list[Change]:
+    items = [NewJob("t", None, key=f"{prefix}{i}") for i in range(count)]
+    return list(engine.plan_enqueue(items, tx=None).changes)
+
+
+async def test_calls_share_commits_up_to_the_size_never_split() -> None:
+    store = CountingStore()
+    await store.open()
+    clock = FakeClock()
+    engine = Engine(store, clock=clock, settings=Settings())
+    engine.targets.register("t", "fast", lambda job: None)
+    committer = GroupCommitter(store, clock, "pod-a", max_changes=1000)
+    calls = [new_jobs(engine, n, f"c{c}-") for c, n in enumerate([400, 400, 400, 1500, 10])]
+    results = await asyncio.gather(*(committer.commit(c, [False] * len(c)) for c in calls))
+    assert [len(r) for r in results] == [400, 400, 400, 1500, 10]
+    assert all(all(r) for r in results)
+    # oldest first, whole calls: 400+400, then 400 (a call of 1,500 would pass the size),
+    # the 1,500 alone, then the 10
+    assert store.sizes == [800, 400, 1500, 10]
+    assert committer.commits == 4
+    assert len(await store.all_jobs()) == 2710
+    await store.close()
