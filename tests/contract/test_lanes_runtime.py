@@ -93,6 +93,32 @@ async def test_retry_is_a_timer_not_a_poll(store: Store, clock: FakeClock) -> No
         await runtime.stop()
 
 
+async def test_a_handed_over_row_waits_for_the_earlier_version_of_its_key(
+    store: Store, clock: FakeClock
+) -> None:
+    """A single enqueue wakes an idle pod with its row (PostgreSQL hands it over: the
+    lane marks it without a read, `Store.mark_first`); a row whose key still has an
+    earlier version waiting for its retry is not sent before it."""
+    engine = make_engine(store, clock, safety_poll_s=3600.0)
+    rec = Recorder()
+    rec.raises = [RuntimeError("no")]
+    engine.targets.register("kafka:m", "fast", rec)
+    runtime = Runtime(engine, pod_id="pod-a")
+    await runtime.start()
+    try:
+        (first,) = await enqueue(engine, "kafka:m", [{"key": "a", "version": 1, "payload": 1}])
+        await until(lambda: _attempts(store, first, 1))
+        await until(lambda: all(w.idle for w in runtime.fast.workers.values()))
+        await enqueue(engine, "kafka:m", [{"key": "a", "version": 2, "payload": 2}])
+        await asyncio.sleep(0.1)
+        assert rec.payloads == [1]
+        clock.advance(seconds=60)
+        await until(lambda: len(rec.calls) == 3)
+        assert rec.payloads == [1, 1, 2]
+    finally:
+        await runtime.stop()
+
+
 async def _attempts(store: Store, job_id: str, attempts: int) -> bool:
     row = await store.get_job(job_id)
     return row is not None and row.attempts == attempts

@@ -58,7 +58,9 @@ async def test_the_listen_connection_survives_termination_and_wakes_again(
     await asyncio.sleep(0)
     change = new_job(clock, key="after-reconnect")
     await pg.apply([change])
-    assert await waiting == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False)
+    wake = await waiting
+    assert wake == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False, wake.jobs)
+    assert [job.id for job in wake.jobs] == [change.row.id]
 
 
 async def test_apply_works_right_after_its_pooled_connection_was_terminated(
@@ -125,7 +127,8 @@ async def test_the_listen_connection_runs_only_while_the_feed_has_a_subscriber(
     change = new_job(clock, key="after")
     assert await pg.apply([change]) == [True]
     wake = await asyncio.wait_for(anext(again), 10)
-    assert wake == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False)
+    assert wake == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False, wake.jobs)
+    assert [job.id for job in wake.jobs] == [change.row.id]
     await again.aclose()
 
 

@@ -109,11 +109,13 @@ async def test_enqueue_in_the_callers_transaction_commits_or_rolls_back_with_it(
         assert await pg.append_in(tx, [first]) == [True]
         assert hooks == []
     assert hooks == ["after"]
-    assert [j.id for j in await pg.all_jobs()] == [first.row.id]
+    (stored,) = await pg.all_jobs()
+    assert stored.id == first.row.id
     assert await business_count(pg) == 1
-    # the rolled-back transaction sent nothing: the first wake is the committed one
+    # the rolled-back transaction sent nothing: the first wake is the committed one,
+    # with the row it wrote (`Wake.jobs`)
     wake = await waiting
-    assert wake == Wake(frozenset({first.row.partition}), frozenset({Lane.FAST}), False)
+    assert wake == Wake(frozenset({stored.partition}), frozenset({Lane.FAST}), False, (stored,))
 
 
 async def test_a_seen_dedupe_key_inserts_nothing_and_never_aborts_the_callers_transaction(

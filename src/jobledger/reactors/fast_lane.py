@@ -162,7 +162,13 @@ class FastLane:
         return worker is not None and worker.busy
 
     # --- wake-ups ------------------------------------------------------------------------
-    def wake(self, partitions: Iterable[int] | None) -> None:
+    def wake(self, partitions: Iterable[int] | None, jobs: Sequence[Job] = ()) -> None:
+        """Wake the workers of `partitions` (None: all), handing each the new rows of
+        its partition in `jobs` (`Wake.jobs`)."""
+        for job in jobs:
+            worker = self.workers.get(job.partition)
+            if worker is not None and job.lane == Lane.FAST:
+                worker.hint(job)
         if partitions is None:
             for worker in self.workers.values():
                 worker.wake()

@@ -67,6 +67,19 @@ class PartitionPass:
         self._reset()
         self._open = False
 
+    def seed(self, rows: list[Job]) -> None:
+        """Start a pass on `rows` a wake-up handed over instead of a read: its only page,
+        not full, so the pass ends when they are done (the next one reads). Only a mark
+        through `Store.mark_first` may send from it (`fast_wake`)."""
+        self.finish()
+        self._open = True
+        self.wake_at = None
+        self.paused_seen = set()
+        self._page = list(rows)
+        self.buffer = sorted(rows, key=lambda j: (j.order_key, j.version, j.id))
+        self._targets = {job.target for job in rows}
+        self._need_read = False
+
     async def next_plan(self) -> BatchPlan | None:
         """The next round with something to send, or None once the pass is over."""
         while True:

@@ -34,6 +34,7 @@ from jobledger.domain.lanes import BatchPlan
 from jobledger.domain.policies import send_deadline
 from jobledger.reactors.fast_pass import PartitionPass
 from jobledger.reactors.waiting import wait_for
+from jobledger.storage.port import LeaseGuard
 
 if TYPE_CHECKING:
     from jobledger.reactors.fast_lane import FastLane
@@ -67,6 +68,8 @@ class PartitionWorker:
         self._unwritten: list[_Ran] = []
         self._unreleased: list[Change] = []  # releases of unsent marks not yet written
         self._recovering = False
+        self.idle = False  # waiting for a wake-up: a row handed over may skip the read
+        self.hinted: list[Job] = []
 
     # --- control ----------------------------------------------------------------------
     @property
@@ -75,6 +78,11 @@ class PartitionWorker:
 
     def wake(self) -> None:
         self.event.set()
+
+    def hint(self, job: Job) -> None:
+        """A row a wake-up handed over (`Wake.jobs`); kept only while the worker waits."""
+        if self.idle:
+            self.hinted.append(job)
 
     def stop(self, *, lost: bool = False) -> None:
         self.stopping = True
@@ -94,12 +102,15 @@ class PartitionWorker:
                 await self._release_carried("partition lost")
                 return
             if not self.stopping:
+                self.idle = True
                 await wait_for(self.event, lane.clock, self._idle_timeout())
+                self.idle = False
                 self.event.clear()
+            hinted, self.hinted = self.hinted, []
             try:
                 if self._recovering:
                     await self._recover()
-                sent = 0
+                sent = await self._hinted_round(hinted) if hinted else 0
                 while (n := await self.step()) is not None:
                     sent += n
                     if self.stopping and self._carried is None:
@@ -166,6 +177,30 @@ class PartitionWorker:
         if plan is None:
             return None
         return await self._round(plan, None)
+
+    async def _hinted_round(self, rows: list[Job]) -> int:
+        """The one row a wake-up handed over while the worker was idle: marked without
+        reading the partition (`Store.mark_first` checks what the read would have told),
+        then sent. 0 when it cannot be: the pass reads as before."""
+        lane = self.lane
+        if len(rows) != 1 or self.busy or self.stopping or self._recovering:
+            return 0
+        if not self._may_send():
+            return 0
+        self.pass_.seed(rows)
+        plan = self.pass_.plan()
+        risky = plan.risky
+        if risky is None or plan.chains:
+            self.pass_.finish()
+            return 0
+        change = lane.mark(risky)
+        if not await lane.store.mark_first(change, LeaseGuard(lane.pod, lane.clock.now())):
+            self.pass_.finish()
+            return 0
+        row = change.row
+        assert isinstance(row, Job)
+        self.pass_.replace(risky, row)
+        return await self._round(plan, row)
 
     # --- one round --------------------------------------------------------------------
     async def _round(self, plan: BatchPlan, marked: Job | None) -> int:

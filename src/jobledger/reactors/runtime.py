@@ -191,7 +191,7 @@ class Runtime:
     def dispatch(self, wake: Wake) -> None:
         lanes = wake.lanes
         if lanes is None or Lane.FAST in lanes:
-            self.fast.wake(wake.partitions)
+            self.fast.wake(wake.partitions, wake.jobs)
         if lanes is None or Lane.LONG in lanes:
             self.long.wake()
 

@@ -19,13 +19,21 @@ from typing import Protocol
 from jobledger.domain.jobs import Change, Job
 from jobledger.storage.port import EVERYTHING, Wake
 
+#: rows a merged hint keeps (`Wake.jobs`); past this the subscriber reads
+MAX_HINTED_JOBS = 32
+
 
 def merge(a: Wake | None, b: Wake) -> Wake:
+    """Two hints as one. The rows they carry stay only while both name their partitions
+    and, together, they are few: a reader that is handed rows reads nothing else."""
     if a is None:
         return b
     parts = None if a.partitions is None or b.partitions is None else a.partitions | b.partitions
     lanes = None if a.lanes is None or b.lanes is None else a.lanes | b.lanes
-    return Wake(parts, lanes, a.schedules or b.schedules)
+    jobs = a.jobs + b.jobs if parts is not None else ()
+    if len(jobs) > MAX_HINTED_JOBS:
+        jobs = ()
+    return Wake(parts, lanes, a.schedules or b.schedules, jobs)
 
 
 def wake_of(applied: Sequence[Change]) -> Wake | None:

@@ -74,6 +74,9 @@ class Wake:
     partitions: frozenset[int] | None = None
     lanes: frozenset[Lane] | None = None
     schedules: bool = False
+    #: rows the commit opened, as it wrote them (a single enqueue on PostgreSQL): an
+    #: idle fast-lane worker may mark one through `Store.mark_first` without a read
+    jobs: tuple[Job, ...] = ()
 
 
 EVERYTHING = Wake(None, None, True)
@@ -147,6 +150,14 @@ class Store(abc.ABC):
         partition's lease is held by `guard.pod` and has not expired at `guard.now`.
         Losers are dropped one by one, never the whole call.
         """
+
+    async def mark_first(self, change: Change, guard: LeaseGuard) -> bool:
+        """Apply the in-flight mark `change` of a row the lane has not read (one it was
+        handed by a `Wake`): as `apply([change], guard=guard)`, and only if no PENDING
+        fast-lane row of the same partition, target and order key comes before it in
+        (version, id) order. False — nothing written — also when the store cannot
+        check that; the lane then reads the partition."""
+        return False
 
     # --- the queue (reads for the lanes) -------------------------------------------------
     @abc.abstractmethod

@@ -17,6 +17,7 @@ from jobledger.domain.events import Event, actor_json
 from jobledger.domain.jobs import Change, Job
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.jsontext import dumps, json_bytes
+from jobledger.storage.postgres.mark_statement import hint_payload
 from jobledger.storage.rows import (
     JOB_FIELDS,
     dedupe_key_of,
@@ -131,7 +132,7 @@ def one_params(change: Change) -> list[Any]:
     """The parameters of `Statements.enqueue_one` for a change that passes `opens_job`:
     the event's columns after its position, the job row's (JSON columns as their text,
     the payload's the same text as in the event's data, as `job_copy_row` writes it),
-    then the wake-up's payload (what `listen.parse_wake` reads)."""
+    then the wake-up's payload (`mark_statement.hint_payload`: the row itself)."""
     job: Job = change.row
     row = _job_values(job)
     for k in _JSON_FIELDS:
@@ -141,7 +142,7 @@ def one_params(change: Change) -> list[Any]:
         *_first_event_columns(change, dumps),
         *row,
         job.order_key.encode(),
-        f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false}}',
+        hint_payload(job),
     ]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 import psycopg
@@ -20,18 +19,21 @@ import psycopg
 from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Lane
 from jobledger.storage.feed import LocalFeed
+from jobledger.storage.jsontext import loads
 from jobledger.storage.port import EVERYTHING, Wake
+from jobledger.storage.postgres.mark_statement import hint_jobs
 
 logger = logging.getLogger("jobledger.storage.postgres")
 
 
 def parse_wake(payload: str) -> Wake:
-    """A NOTIFY payload (`{"p": [...], "l": [...], "s": bool}` or `*`) as a Wake."""
+    """A NOTIFY payload (`{"p": [...], "l": [...], "s": bool}`, with `"j": [row]` after
+    a single enqueue: `mark_statement.hint_payload`, or `*`) as a Wake."""
     if payload == "*":
         return EVERYTHING
     try:
-        data = json.loads(payload)
-        return Wake(
+        data = loads(payload)
+        wake = Wake(
             frozenset(int(p) for p in data.get("p") or ()),
             frozenset(Lane(lane) for lane in data.get("l") or ()),
             bool(data.get("s")),
@@ -39,6 +41,15 @@ def parse_wake(payload: str) -> Wake:
     except (ValueError, TypeError, AttributeError):
         logger.warning("unreadable wake-up payload %r: waking everything", payload)
         return EVERYTHING
+    rows = data.get("j")
+    if not rows:
+        return wake
+    try:
+        jobs = hint_jobs(rows)
+    except (ValueError, TypeError, AttributeError, KeyError):
+        logger.warning("unreadable row in wake-up payload %r: a plain wake-up", payload)
+        return wake
+    return Wake(wake.partitions, wake.lanes, wake.schedules, jobs)
 
 
 class Listener:

@@ -1,5 +1,6 @@
-"""The at-most-once mark's statement (pure: no I/O): one job row's update under the
-lease guard, with its one event and the wake-up, from scalar parameters.
+"""The at-most-once mark's statements (pure: no I/O): one job row's update under the
+lease guard, with its one event and the wake-up, from scalar parameters — and the
+wake-up hint that lets an idle lane write that mark without reading the row first.
 
 The general apply statement (`statements.apply_sql`) parses JSON arrays of changes,
 rows and events and runs every branch of the compare-and-set for a batch; a mark alone
@@ -7,23 +8,47 @@ rows and events and runs every branch of the compare-and-set for a batch; a mark
 needs one of them. The guard is the general statement's: the partition's lease row,
 held by this pod and not expired, locked `FOR SHARE` until the commit; then the
 compare-and-set on the row's stream version.
+
+The first mark (`first_mark_sql`, `Store.mark_first`): a single enqueue's NOTIFY
+carries the job row it wrote (`hint_payload`), so the lane of an idle partition plans
+on that row and marks it without the read. What the read would have told it, the
+statement checks: no PENDING row of the same partition, target and order key comes
+before it in (version, id) order. The compare-and-set proves the row is still as the
+hint has it; the lease guard is the same. Refused, the lane reads as before.
 """
 
 from __future__ import annotations
 
-from jobledger.domain.jobs import TRANSITION_FIELDS
-from jobledger.storage.postgres.sql_parts import EVENT_INSERT, EVENT_TYPES, JOB_TYPES, base
+from typing import Any
+
+from jobledger.domain.jobs import TRANSITION_FIELDS, Job, Lane
+from jobledger.storage.jsontext import json_bytes
+from jobledger.storage.postgres.sql_parts import (
+    EVENT_INSERT,
+    EVENT_TYPES,
+    JOB_TYPES,
+    MAX_NOTIFY,
+    base,
+)
+from jobledger.storage.rows import job_from_dict, job_to_dict
 
 
-def guarded_update_sql(s: str, channel: str) -> str:
-    """Parameters, in order (`encode.guarded_update_params`): the partition, the pod and
-    its clock's now; the row's `TRANSITION_FIELDS`; its id and expected stream version;
-    the event's columns after its position; the wake-up's payload. One row back when
-    the change was applied."""
+def _statement(s: str, channel: str, first: bool) -> str:
     columns = ", ".join(TRANSITION_FIELDS)
     values = ", ".join(f"%s::{JOB_TYPES.get(f, 'text')}" for f in TRANSITION_FIELDS)
     event_values = ", ".join(
         f"%s::{EVENT_TYPES.get(c, 'text')}" for c in EVENT_INSERT.split(", ")[1:]
+    )
+    # the chain's earlier rows, through jobs_fast_pending (partition, order_key, version, id)
+    before = (
+        f"""
+    AND NOT EXISTS (
+      SELECT 1 FROM {s}.jobs o
+      WHERE o.status = 'PENDING' AND o.lane = 'fast' AND o.partition = %s::integer
+        AND o.order_key = %s::bytea AND o.target = %s
+        AND (o.version < %s::bigint OR (o.version = %s::bigint AND o.id < %s)))"""
+        if first
+        else ""
     )
     return f"""
 WITH held AS (
@@ -33,10 +58,53 @@ WITH held AS (
 ),
 u AS (
   UPDATE {s}.jobs SET ({columns}) = ({values})
-  WHERE id = %s AND stream_version = %s::integer AND EXISTS (SELECT 1 FROM held)
+  WHERE id = %s AND stream_version = %s::integer AND EXISTS (SELECT 1 FROM held){before}
   RETURNING 1
 ),
 {base(s)},
 e AS (INSERT INTO {s}.events ({EVENT_INSERT}) SELECT base.b + 1, {event_values} FROM base, u)
 SELECT pg_notify('{channel}', %s) FROM u
 """
+
+
+def guarded_update_sql(s: str, channel: str) -> str:
+    """Parameters, in order (`encode.guarded_update_params`): the partition, the pod and
+    its clock's now; the row's `TRANSITION_FIELDS`; its id and expected stream version;
+    the event's columns after its position; the wake-up's payload. One row back when
+    the change was applied."""
+    return _statement(s, channel, first=False)
+
+
+def first_mark_sql(s: str, channel: str) -> str:
+    """`guarded_update_sql` that also refuses a row with an earlier PENDING row of its
+    chain. Parameters: `guarded_update_sql`'s with `first_mark_params(job)` after the
+    expected stream version."""
+    return _statement(s, channel, first=True)
+
+
+def first_mark_params(job: Job) -> list[Any]:
+    """The chain check's parameters: the row's partition, order key, target, version
+    (twice) and id."""
+    return [job.partition, job.order_key.encode(), job.target, job.version, job.version, job.id]
+
+
+def hint_payload(job: Job) -> str:
+    """The NOTIFY payload of a single enqueue (`listen.parse_wake` reads it): the
+    partition and lane, and the fast-lane row itself when the payload stays under
+    PostgreSQL's limit."""
+    plain = f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false'
+    if job.lane != Lane.FAST:
+        return plain + "}"
+    record = job_to_dict(job)
+    del record["order_key"]
+    row = json_bytes(record)
+    if len(row) + len(plain) + 8 > MAX_NOTIFY:
+        return plain + "}"
+    return f'{plain},"j":[{row.decode()}]}}'
+
+
+def hint_jobs(rows: Any) -> tuple[Job, ...]:
+    """The rows of a hint's `j` (a list of `job_to_dict` records) as `Job`s."""
+    if not rows:
+        return ()
+    return tuple(job_from_dict(row) for row in rows)

@@ -17,7 +17,7 @@ from jobledger.storage.postgres.enqueue_statements import (
     OPENING_EVENT_FIELDS as OPENING_EVENT_FIELDS,
 )
 from jobledger.storage.postgres.enqueue_statements import enqueue_one_sql, enqueue_sql
-from jobledger.storage.postgres.mark_statement import guarded_update_sql
+from jobledger.storage.postgres.mark_statement import first_mark_sql, guarded_update_sql
 from jobledger.storage.postgres.schema import ORDINAL_BITS, quoted_schema
 from jobledger.storage.postgres.sql_parts import EVENT_COLUMNS as EVENT_COLUMNS
 from jobledger.storage.postgres.sql_parts import EVENT_INSERT, base, copy_types, notify
@@ -61,6 +61,8 @@ class Statements:
     apply_guarded: str
     #: one job row's update under the guard (an at-most-once mark alone)
     guarded_update: str
+    #: the same for a row the lane was handed by a wake-up, not read: first of its chain
+    first_mark: str
     #: every change opens a new stream (no updates, no deletes)
     insert_new: str
     #: the enqueue path: every change opens a job stream with one event
@@ -201,6 +203,7 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         apply=apply_sql(False),
         apply_guarded=apply_sql(True),
         guarded_update=guarded_update_sql(s, channel),
+        first_mark=first_mark_sql(s, channel),
         insert_new=apply_sql(False, new_only=True),
         enqueue=enqueue_sql(s, channel),
         enqueue_one=enqueue_one_sql(s, channel),

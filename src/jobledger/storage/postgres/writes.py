@@ -17,10 +17,11 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg.rows import tuple_row
 
-from jobledger.domain.jobs import Change
+from jobledger.domain.jobs import TRANSITION_FIELDS, Change
 from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
 from jobledger.storage.postgres import dedupe, encode, schema
 from jobledger.storage.postgres.base import Conn, PgBase
+from jobledger.storage.postgres.mark_statement import first_mark_params
 
 #: events one statement may carry: positions keep 20 bits for the ordinal in a transaction
 MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
@@ -82,6 +83,17 @@ class WritePath(PgBase):
                 return await self._apply_on(conn, changes, guard, plan)
             async with conn.transaction():
                 return await self._apply_on(conn, changes, guard, plan)
+
+    async def mark_first(self, change: Change, guard: LeaseGuard) -> bool:
+        """`Store.mark_first`: `Statements.first_mark`, its own transaction."""
+        if not encode.is_guarded_update(change):
+            return False
+        params = encode.guarded_update_params(change, guard.pod, guard.now)
+        at = 5 + len(TRANSITION_FIELDS)  # after the guard, the row, its id and version
+        params[at:at] = first_mark_params(change.row)
+        async with self.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(self.sql.first_mark, params)
+            return await cur.fetchone() is not None
 
     async def _apply_on(
         self,
