@@ -26,6 +26,7 @@ from jobledger.domain.timeutil import parse_iso
 from jobledger.projections.log import pages
 from jobledger.storage.port import Store
 from tests.chaos import app as chaos_app
+from tests.chaos.acks import AckIndex
 from tests.chaos.record import Delivered, Recorder
 from tests.chaos.summary import FaultHit, Summary
 
@@ -112,6 +113,7 @@ def analyse(
     slot_window: tuple[datetime, datetime] | None,
     slot_runs: list[dict[str, Any]],
     hits: Sequence[FaultHit] = (),
+    acks: AckIndex | None = None,
 ) -> None:
     kafka = {i: t for i, t in trails.items() if t.target.startswith("kafka:")}
     summary.jobs, summary.enqueued, summary.delivered = len(business), len(kafka), len(records)
@@ -127,7 +129,7 @@ def analyse(
             summary.problem(f"JobEnqueued {trail.dedupe_key} without its business row")
     count = Counter(r.event_id for r in records)
     for job_id, trail in kafka.items():
-        check_job(summary, job_id, trail, count[job_id], hits)
+        check_job(summary, job_id, trail, count[job_id], hits, acks)
     for problem in order_problems(records, kafka, summary):
         summary.order_violations += 1
         summary.problem(problem)
@@ -136,14 +138,24 @@ def analyse(
 
 
 def check_job(
-    summary: Summary, job_id: str, trail: JobTrail, delivered: int, hits: Sequence[FaultHit]
+    summary: Summary,
+    job_id: str,
+    trail: JobTrail,
+    delivered: int,
+    hits: Sequence[FaultHit],
+    acks: AckIndex | None = None,
 ) -> None:
     amo = trail.target == chaos_app.AMO_TARGET
     if trail.closed == EventType.JOB_SUCCEEDED:
         summary.succeeded += 1
         if delivered == 0:
             summary.lost += 1
-            summary.problem(f"lost: {job_id} ({trail.dedupe_key}) succeeded, not on the topic")
+            text = f"lost: {job_id} ({trail.dedupe_key}) succeeded, not on the topic"
+            if acks is not None:  # the workers' ack log says why (tests/chaos/acks.py)
+                cause, detail = acks.classify_lost(job_id)
+                summary.lost_causes[cause] += 1
+                text += f" — {cause}: {detail}"
+            summary.problem(text)
     elif trail.closed == EventType.JOB_DEAD:
         summary.dead[trail.reason or "NO REASON"] += 1
         if not trail.reason:

@@ -1,7 +1,7 @@
 """What a failed chaos run keeps: <workdir>/evidence, written before the store goes away.
 
 summary.txt first (whatever follows may fail), then the records the recorder read, the
-faults injected, the log and the job rows, and on PostgreSQL a pg_dump of the run's
+workers' ack log, the faults injected, the log and the job rows, and on PostgreSQL a pg_dump of the run's
 database. `python -m tests.chaos.reanalyse <evidence>` runs the checks on it again.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -38,6 +39,8 @@ async def keep_evidence(
     with (folder / "records.jsonl").open("w") as out:
         for r in recorder.records:
             out.write(json.dumps(dataclasses.asdict(r), default=str) + "\n")
+    if (workdir / "acks.jsonl").exists():  # the workers' ack log (tests/chaos/acks.py)
+        shutil.copy(workdir / "acks.jsonl", folder / "acks.jsonl")
     with (folder / "faults.jsonl").open("w") as out:
         for hit in faults.hits:
             pods = sorted(hit.pods) if hit.pods is not None else None

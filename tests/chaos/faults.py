@@ -10,7 +10,9 @@ kill and restart the broker on the same port; restart PostgreSQL — the harness
 
 tansu keeps topics in memory, so before the broker is killed every worker is stopped
 (SIGSTOP, itself a stall past the lease) and the recorder waits for a condition: the
-topics' end offsets stopped moving and it has read up to them (`Recorder.quiesced`).
+proxy has no Produce request unanswered and the recorder has read a fence record written
+to every partition after that (`Recorder.quiesced`; tansu's end offsets cannot be
+trusted for this, see tests/integration/test_tansu_offsets.py).
 The outage needs no such care: the broker itself keeps running behind the proxy.
 """
 
@@ -252,7 +254,8 @@ class Faults:
                 if time.monotonic() > deadline:
                     raise RuntimeError("workers did not stop on SIGSTOP within 10 s")
                 await asyncio.sleep(0.01)
-            if not await self.recorder.quiesced(60):
+            idle = self.proxy.produce_idle if self.proxy is not None else None
+            if not await self.recorder.quiesced(60, idle):
                 raise RuntimeError("the topics did not settle / the recorder did not catch up")
             await self.recorder.suspend()
             self.broker.kill()

@@ -52,6 +52,7 @@ from jobledger.projections.replay import replay
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.urls import open_store
 from tests.chaos import app as chaos_app
+from tests.chaos.acks import AckIndex, load_acks
 from tests.chaos.checks import analyse, check_offsets, read_trails
 from tests.chaos.evidence import keep_evidence
 from tests.chaos.faults import APP, WORKER_APP_NAME, Faults
@@ -67,7 +68,7 @@ logger = logging.getLogger("jobledger.chaos")
 # --- the run's shape --------------------------------------------------------------
 
 
-def worker_env(bootstrap: str, slots: Path) -> dict[str, str]:
+def worker_env(bootstrap: str, slots: Path, acks: Path | None = None) -> dict[str, str]:
     """Short leases so takeovers happen within the run; short retries so it drains."""
     return {
         "JOBLEDGER_PARTITION_LEASE_S": "4",
@@ -83,6 +84,7 @@ def worker_env(bootstrap: str, slots: Path) -> dict[str, str]:
         "JOBLEDGER_KAFKA_CONNECT_TIMEOUT_S": "1",
         "JOBLEDGER_KAFKA_REQUEST_TIMEOUT_S": "2",
         "CHAOS_SLOTS": str(slots),
+        **({"CHAOS_ACKS": str(acks)} if acks is not None else {}),
     }
 
 
@@ -257,13 +259,14 @@ async def _run(
     config: Config, summary: Summary, url: str, cluster: PrivateCluster | None, database: str
 ) -> None:
     slots_file = config.workdir / "slots.jsonl"
+    acks_file = config.workdir / "acks.jsonl"
     async with broker_behind_proxy(config.workdir) as (broker, proxy):
         await create_topics(proxy.bootstrap)
         worker_url = (
             url + f"?application_name={WORKER_APP_NAME}" if config.kind == "postgres" else url
         )
         workers = Workers(worker_url, config.workdir / "unused.jsonl", 0.0)
-        workers.env.update(worker_env(proxy.bootstrap, slots_file))
+        workers.env.update(worker_env(proxy.bootstrap, slots_file, acks_file))
         store = open_store(url)
         await store.open()
         engine = Engine(store, settings=Settings(kafka_bootstrap=proxy.bootstrap))
@@ -295,9 +298,12 @@ async def _run(
                     summary.problem(
                         f"worker {faults.names[proc.pid]} {faults.stop_failure(proc, code)}"
                     )
-            if not await recorder.quiesced(30):
+            if not await recorder.quiesced(30, proxy.produce_idle):
                 summary.problem("recorder did not catch up after the drain")
+            summary.fences = recorder.fences_written
             check_offsets(summary, recorder)
+            acks = load_acks(acks_file)
+            summary.acks_logged = len(acks)
             trails, declared = await read_trails(store)
             window = (declared, stopping - timedelta(seconds=15)) if declared else None
             analyse(
@@ -308,6 +314,7 @@ async def _run(
                 window,
                 read_slot_runs(slots_file),
                 faults.hits,
+                AckIndex(acks, recorder.records),
             )
             summary.recovery_s = recovery_times(faults.hits, recorder.records)
             report = await replay(store)

@@ -10,12 +10,22 @@ same port again.
 
 The proxy runs its own event loop in a thread, so a harness busy in its own loop (or
 blocked in a synchronous wait for workers to stop) does not delay the brokered traffic.
+
+It also counts Kafka frames (a 4-byte big-endian length, then the header: a request's
+api key, version and correlation id, a response's correlation id): `produce_idle()` is
+true when no client connection has a Produce request the broker has not answered, no
+frame half received and no bytes waiting in its socket. With every producer stopped
+that is a condition for "every acknowledgement a worker can still receive is already
+on its way" (the broker-restart fault, `Recorder.quiesced`).
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fcntl
 import socket
+import termios
 import threading
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -23,6 +33,54 @@ from pathlib import Path
 from typing import Any
 
 from tests.tansu import Tansu, free_port
+
+PRODUCE = 0  # the Produce request's api key
+
+
+class Frames:
+    """Splits one direction of a Kafka connection into frames, keeping only each frame's
+    first `header` bytes after the length (the rest is counted and skipped)."""
+
+    def __init__(self, header: int) -> None:
+        self.header = header
+        self.buf = bytearray()  # the length prefix and header of the frame being read
+        self.skip = 0  # bytes of the current frame's body still to come
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.buf) or self.skip > 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        i, n, need = 0, len(data), 4 + self.header
+        while i < n:
+            if self.skip:
+                take = min(self.skip, n - i)
+                self.skip -= take
+                i += take
+                continue
+            take = min(need - len(self.buf), n - i)
+            self.buf += data[i : i + take]
+            i += take
+            if len(self.buf) == need:
+                size = int.from_bytes(self.buf[:4], "big")
+                out.append(bytes(self.buf[4:]))
+                self.skip = max(size - self.header, 0)
+                self.buf.clear()
+        return out
+
+
+def unread_bytes(transport: asyncio.Transport | None) -> int:
+    """Bytes waiting in the transport's socket that the proxy has not read yet."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or transport is None or transport.is_closing():
+        return 0
+    buf = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, buf)
+    except OSError:
+        return 0
+    return int(buf[0])
 
 
 class _Side(asyncio.Protocol):
@@ -34,6 +92,9 @@ class _Side(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: _Side | None = None
         self.pending: list[bytes] = []  # received before the peer connected
+        # requests (client side): api key, version, correlation id; responses: the id
+        self.frames = Frames(8 if client else 4)
+        self.produces: set[int] = set()  # client side: Produce requests not answered yet
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -50,6 +111,12 @@ class _Side(asyncio.Protocol):
         self.pending.clear()
 
     def data_received(self, data: bytes) -> None:
+        for header in self.frames.feed(data):
+            if self.client:
+                if int.from_bytes(header[:2], "big", signed=True) == PRODUCE:
+                    self.produces.add(int.from_bytes(header[4:8], "big", signed=True))
+            elif self.peer is not None:
+                self.peer.produces.discard(int.from_bytes(header[:4], "big", signed=True))
         if self.peer is not None and self.peer.transport is not None:
             self.peer.transport.write(data)
         else:
@@ -129,7 +196,19 @@ class LoopbackProxy:
         except OSError:  # timed out, reset: not the refusal the fault promises
             return False
 
+    async def produce_idle(self) -> bool:
+        """No Produce request unanswered, no frame half read, no bytes unread, on any
+        open connection (see the module docstring)."""
+        idle: bool = await self._call(self._produce_idle())
+        return idle
+
     # --- on the proxy's loop --------------------------------------------------------
+
+    async def _produce_idle(self) -> bool:
+        return not any(
+            side.produces or side.frames.partial or unread_bytes(side.transport)
+            for side in self.sides
+        )
 
     async def _up(self) -> None:
         if self._server is None:

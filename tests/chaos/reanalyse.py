@@ -2,8 +2,9 @@
 
     python -m tests.chaos.reanalyse /path/to/workdir/evidence
 
-Reads events.jsonl (the log), records.jsonl (what the recorder read) and faults.jsonl
-(the faults injected) and runs the same `analyse` as the run did. The business rows are
+Reads events.jsonl (the log), records.jsonl (what the recorder read), faults.jsonl
+(the faults injected) and, when the run kept it, acks.jsonl (the workers' ack log, which
+names the cause of a lost job) and runs the same `analyse` as the run did. The business rows are
 gone with the database: every enqueued job's own row is assumed present, so this
 cannot find a business row without its job (the run's own summary.txt says that).
 """
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from jobledger.domain.timeutil import parse_iso
+from tests.chaos.acks import AckIndex, load_acks
 from tests.chaos.checks import JobTrail, analyse, fold
 from tests.chaos.record import Delivered, broker_order
 from tests.chaos.summary import FaultHit, Summary
@@ -47,7 +49,9 @@ def reanalyse(folder: Path) -> Summary:
         if t.target.startswith("kafka:") and t.key is not None
     }
     summary = Summary("reanalysed")
-    analyse(summary, business, trails, records, None, [], hits)
+    kept = folder / "acks.jsonl"  # runs before the ack log have none: no cause then
+    acks = AckIndex(load_acks(kept), records) if kept.exists() else None
+    analyse(summary, business, trails, records, None, [], hits, acks)
     return summary
 
 

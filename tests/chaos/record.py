@@ -4,6 +4,14 @@ It consumes both chaos topics from the start and keeps every record in arrival o
 with the time it was read; a broker restart starts a new generation (tansu keeps topics
 in memory, so a restarted broker starts empty and offsets start at 0 again). An offset
 it jumped over is read again until it turns up, or reported (tests/chaos/offsets.py).
+
+`quiesced()` (before the broker is killed, and after the drain) does not trust the
+broker's end offsets: tansu answers ListOffsets(latest) with one past the *first* offset
+of the partition's last batch, and a fetch does not return a partition's last records
+until a later write (tests/integration/test_tansu_offsets.py). It writes a fence record
+to every partition instead and waits until the recorder has read each fence with no
+hole below it: every record acknowledged before the fence was sent has a lower offset.
+Fence records (key `FENCE_KEY`) take part in the hole tracking but are not kept.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ logger = logging.getLogger("jobledger.chaos")
 
 TOPICS = (chaos_app.AMO_TOPIC, chaos_app.ALO_TOPIC)
 TOPIC_PARTITIONS = 4
+FENCE_KEY = b"chaos-fence"
+FENCE_AGAIN_S = 1.0  # a fence not read by then: write another (it makes the first visible)
 
 
 @dataclass
@@ -59,6 +69,7 @@ class Recorder:
         self.reads: dict[tuple[str, int], PartitionRead] = {}
         self.lost_holes: list[str] = []  # holes of earlier generations, never read
         self.holes_found = 0  # over every generation, filled or not
+        self.fences_written = 0
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
         self._running = asyncio.Event()
@@ -170,7 +181,7 @@ class Recorder:
         for tp, records in batch.items():
             read = self.read(tp.topic, tp.partition)
             for r in records:
-                if read.accept(r.offset):
+                if read.accept(r.offset) and r.key != FENCE_KEY:
                     self.records.append(self.delivered(tp.topic, tp.partition, r, now))
             if not records:
                 continue
@@ -219,32 +230,58 @@ class Recorder:
             await asyncio.sleep(0.2)
         return False
 
-    async def quiesced(self, timeout_s: float, stable_s: float = 1.0) -> bool:
-        """With every producer stopped: wait until the topics' end offsets stop moving for
-        `stable_s` (requests already on the wire have landed) and the recorder has read up
-        to them. A condition, not a delay: False when it did not hold within `timeout_s`."""
-        from aiokafka import TopicPartition
+    def read_past(self, topic: str, partition: int, offset: int) -> bool:
+        """The record at `offset` and every offset below it were read."""
+        read = self.read(topic, partition)
+        return offset in read.seen and not any(hole < offset for hole in read.holes)
+
+    async def quiesced(self, timeout_s: float, idle: Any = None) -> bool:
+        """With every producer stopped: wait until `idle()` (if given: the proxy has no
+        Produce request unanswered, `LoopbackProxy.produce_idle`), then write a fence
+        record to every partition and wait until the recorder has read each fence and
+        everything below it; a fence not read within `FENCE_AGAIN_S` gets another one
+        after it. A condition, not a delay: False when it did not hold within
+        `timeout_s`."""
+        from aiokafka import AIOKafkaProducer
 
         deadline = time.monotonic() + timeout_s
-        tps = [TopicPartition(t, p) for t in TOPICS for p in range(TOPIC_PARTITIONS)]
-        last: dict[Any, int] | None = None
-        since = time.monotonic()
-        while time.monotonic() < deadline:
-            consumer = self._consumer
-            ends: dict[Any, int] | None = None
-            if consumer is not None:
-                try:
-                    ends = dict(await asyncio.wait_for(consumer.end_offsets(tps), 5))
-                except Exception as exc:
-                    logger.info("recorder end offsets: %r", exc)
-            if ends is None or ends != last:
-                last, since = ends, time.monotonic()
-            elif time.monotonic() - since >= stable_s and all(
-                self.read(tp.topic, tp.partition).read_up_to(end) for tp, end in ends.items()
-            ):
-                return True
-            await asyncio.sleep(0.1)
-        return False
+        while idle is not None and not await idle():
+            if time.monotonic() > deadline:
+                logger.info("quiesce: produce requests still unanswered")
+                return False
+            await asyncio.sleep(0.05)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, acks="all", request_timeout_ms=5000
+        )
+        try:
+            await asyncio.wait_for(producer.start(), 10)
+            fences: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when written
+            while time.monotonic() < deadline:
+                waiting = [
+                    (t, p)
+                    for t in TOPICS
+                    for p in range(TOPIC_PARTITIONS)
+                    if (t, p) not in fences or not self.read_past(t, p, fences[t, p][0])
+                ]
+                if not waiting:
+                    return True
+                for t, p in waiting:
+                    if (t, p) in fences and time.monotonic() - fences[t, p][1] < FENCE_AGAIN_S:
+                        continue
+                    meta = await asyncio.wait_for(
+                        producer.send_and_wait(t, b"{}", key=FENCE_KEY, partition=p), 10
+                    )
+                    self.fences_written += 1
+                    fences[t, p] = (meta.offset, time.monotonic())
+                await asyncio.sleep(0.05)
+            logger.info("quiesce: fences not read: %s", waiting)
+            return False
+        except Exception as exc:
+            logger.info("quiesce: %r", exc)
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await producer.stop()
 
 
 async def create_topics(bootstrap: str) -> None:

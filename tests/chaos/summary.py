@@ -52,6 +52,9 @@ class Summary:
     outage_worker_refusals: int = 0  # connects refused, as the workers' own logs report
     driver_retries: int = 0  # business transactions that failed and were retried
     lost: int = 0
+    lost_causes: Counter[str] = field(default_factory=Counter)  # tests/chaos/acks.py
+    acks_logged: int = 0  # records the workers logged as acknowledged (CHAOS_ACKS)
+    fences: int = 0  # quiesce fence records the harness wrote (Recorder.quiesced)
     amo_duplicates: int = 0
     alo_duplicates: int = 0  # allowed: resends share event_id
     alo_undelivered: int = 0
@@ -100,6 +103,7 @@ class Summary:
 
     def table(self) -> str:
         dead = ", ".join(f"{n} {r}" for r, n in self.dead.most_common()) or "0"
+        causes = ", ".join(f"{n} {c}" for c, n in self.lost_causes.most_common()) or "-"
         recovery = ", ".join(
             f"{kind} {max(times):.1f} / {sorted(times)[len(times) // 2]:.1f}"
             for kind, times in sorted(self.recovery_s.items())
@@ -132,6 +136,9 @@ class Summary:
             ("outages: connections cut / probes refused / worker connects refused", outages),
             ("driver transactions retried", self.driver_retries),
             ("lost", self.lost),
+            ("lost, by cause (workers' ack log)", causes),
+            ("records acknowledged to the workers (ack log)", self.acks_logged),
+            ("quiesce fences written / read", self.fences),
             ("at-most-once duplicates", self.amo_duplicates),
             ("at-least-once duplicates (allowed)", self.alo_duplicates),
             ("at-least-once undelivered", self.alo_undelivered),

@@ -8,11 +8,13 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 from jobledger.domain.events import EventType
 from jobledger.storage.memory import MemoryStore
 from tests.chaos import app
+from tests.chaos.acks import NO_ACK, NOT_READ, OVERWRITTEN, Ack, AckIndex, load_acks
 from tests.chaos.checks import JobTrail, analyse
 from tests.chaos.faults import Faults
 from tests.chaos.harness import Config, recovery_times
@@ -100,6 +102,42 @@ def test_a_newer_version_first_fails() -> None:
 
 def test_a_succeeded_job_missing_from_the_topic_is_lost() -> None:
     assert run(base(), ["a1", "b1", "b2"]).lost == 1
+
+
+def lost_a2(acks: list[Ack]) -> Summary:
+    trails = base()
+    records = [record(i, trails[i], n) for n, i in enumerate(["a1", "b1", "b2"])]
+    summary = Summary("test")
+    rows = {(t.key, t.version) for t in trails.values() if t.key is not None}
+    analyse(summary, rows, trails, records, WINDOW, [], (), AckIndex(acks, records))
+    assert summary.lost == 1 and not summary.ok  # whatever the cause: fails closed
+    return summary
+
+
+def test_a_lost_job_is_classified_by_the_workers_ack_log() -> None:
+    """Issue 18: a job that succeeded with no acknowledgement logged is the engine's
+    fault; one acknowledged at an offset never read, or read holding another record,
+    points at the broker or the harness. All three fail the run."""
+    engine = lost_a2([Ack("b1", app.ALO_TOPIC, 0, 1)])  # someone else's ack only
+    assert engine.lost_causes == {NO_ACK: 1}
+    assert "no ack (engine defect)" in engine.problems[0]
+    unread = lost_a2([Ack("a2", app.AMO_TOPIC, 0, 5)])
+    assert unread.lost_causes == {NOT_READ: 1}
+    assert "chaos.amo/0@5 (generation 0: not read)" in unread.problems[0]
+    overwritten = lost_a2([Ack("a2", app.AMO_TOPIC, 0, 0)])  # a1 is read there
+    assert overwritten.lost_causes == {OVERWRITTEN: 1}
+    assert "chaos.amo/0@0 (generation 0: a1)" in overwritten.problems[0]
+
+
+def test_the_ack_log_round_trips_and_skips_a_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "acks.jsonl"
+    log_ack = app.ack_logger(str(path))
+    meta = SimpleNamespace(topic=app.ALO_TOPIC, partition=2, offset=395)
+    log_ack(SimpleNamespace(id="j1"), meta)
+    with path.open("a") as out:
+        out.write('{"job": "j2", "topic"')  # a worker SIGKILLed mid-write
+    (ack,) = load_acks(path)
+    assert (ack.job, ack.topic, ack.partition, ack.offset) == ("j1", app.ALO_TOPIC, 2, 395)
 
 
 def test_a_committed_business_row_without_a_job_is_lost() -> None:

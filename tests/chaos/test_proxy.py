@@ -12,7 +12,7 @@ import pytest
 from tests.chaos.app import ALO_TOPIC
 from tests.chaos.faults import Faults
 from tests.chaos.harness import Config
-from tests.chaos.proxy import LoopbackProxy, broker_behind_proxy
+from tests.chaos.proxy import Frames, LoopbackProxy, broker_behind_proxy
 from tests.chaos.record import create_topics
 from tests.chaos.summary import Summary
 from tests.integration.test_multiprocess_lanes import Workers
@@ -90,3 +90,56 @@ async def test_outages_no_worker_saw_refused_fail_the_run(tmp_path: Path) -> Non
         assert summary.outage_worker_refusals == 2
     finally:
         await proxy.stop()  # never started: closes its loop
+
+
+def test_frames_are_split_across_chunks() -> None:
+    """Length-prefixed frames cut anywhere: each frame's header comes out once."""
+    frames = [
+        (12).to_bytes(4, "big") + b"\x00\x00\x00\x09" + (7).to_bytes(4, "big") + b"body",
+        (8).to_bytes(4, "big") + b"\x00\x01\x00\x0b" + (8).to_bytes(4, "big"),
+    ]
+    wire = b"".join(frames)
+    for cut in range(1, len(wire)):
+        parser = Frames(8)
+        headers = parser.feed(wire[:cut]) + parser.feed(wire[cut:])
+        assert headers == [f[4:12] for f in frames] and not parser.partial
+    parser = Frames(8)
+    assert parser.feed(wire[:-1]) == [frames[0][4:12]] and parser.partial
+
+
+async def test_produce_idle_waits_for_the_brokers_answer(tmp_path: Path) -> None:
+    """A Produce request the broker has not answered (a hung broker) keeps the proxy
+    from being idle; the answer makes it idle. A consumer's fetch does not count."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    async with broker_behind_proxy(tmp_path) as (broker, proxy):
+        await create_topics(proxy.bootstrap)
+        consumer = AIOKafkaConsumer(bootstrap_servers=proxy.bootstrap, fetch_max_wait_ms=500)
+        producer = AIOKafkaProducer(bootstrap_servers=proxy.bootstrap, request_timeout_ms=20000)
+        await consumer.start()
+        await producer.start()
+        try:
+            consumer.assign([TopicPartition(ALO_TOPIC, 0)])
+            await consumer.getmany(timeout_ms=100)  # a long-polling fetch from now on
+            await producer.send_and_wait(ALO_TOPIC, b"warm", partition=0)
+            assert await proxy.produce_idle()
+            broker.freeze()
+            try:
+                sent = await producer.send(ALO_TOPIC, b"held", partition=0)
+                for _ in range(100):  # until the request reached the proxy
+                    if not await proxy.produce_idle():
+                        break
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.3)
+                assert not await proxy.produce_idle() and not sent.done()
+            finally:
+                broker.thaw()
+            await sent
+            for _ in range(100):
+                if await proxy.produce_idle():
+                    break
+                await asyncio.sleep(0.01)
+            assert await proxy.produce_idle()
+        finally:
+            await producer.stop()
+            await consumer.stop()

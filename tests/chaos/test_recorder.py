@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.app import AMO_TOPIC
+from tests.chaos.app import ALO_TOPIC, AMO_TOPIC
 from tests.chaos.checks import check_offsets
 from tests.chaos.offsets import MAX_REREADS, PartitionRead
 from tests.chaos.record import Recorder, create_topics
@@ -91,3 +91,48 @@ async def test_an_offset_never_read_fails_the_run(tansu: Tansu) -> None:
     check_offsets(summary, recorder)
     assert summary.offsets_unread == 2 and not summary.ok
     assert "chaos.amo/1 offset 3 (generation 0) never read" in summary.problems[0]
+
+
+async def test_quiesced_does_not_trust_the_end_offsets(tansu: Tansu) -> None:
+    """Issue 18. A batch of 5 at offsets 0..4: tansu's end offset is 1, so a recorder
+    that read offset 0 is "caught up" by the end offsets. `quiesced` waits for fence
+    records written after the batch instead, and the batch is read whole (the fences are
+    not kept as records)."""
+    from aiokafka import AIOKafkaProducer, TopicPartition
+
+    await create_topics(tansu.bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=tansu.bootstrap, acks="all")
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        for n in range(5):
+            batch.append(key=b"k%d" % n, value=b"{}", timestamp=None)
+        await (await producer.send_batch(batch, ALO_TOPIC, partition=2))
+    finally:
+        await producer.stop()
+    (first,) = [r for r in await consume(tansu.bootstrap, ALO_TOPIC, 5) if r.offset == 0]
+    recorder = Recorder(tansu.bootstrap)
+    await recorder.accept({TopicPartition(ALO_TOPIC, 2): [first]}, time.time())
+    recorder._consumer = await recorder._open()  # the end-offset condition, not started
+    try:
+        assert await recorder.caught_up(5)  # fooled: offsets 1..4 not read
+    finally:
+        await recorder._close()
+    recorder.start()
+    try:
+        assert await recorder.quiesced(10)
+    finally:
+        await recorder.stop()
+    assert [(r.partition, r.offset) for r in recorder.in_broker_order()] == [
+        (2, n) for n in range(5)
+    ]
+    assert recorder.fences_written >= 8  # one per partition of both topics
+
+
+async def test_quiesced_fails_while_produce_requests_are_unanswered(tansu: Tansu) -> None:
+    async def never_idle() -> bool:
+        return False
+
+    recorder = Recorder(tansu.bootstrap)
+    assert not await recorder.quiesced(0.5, never_idle)
+    assert recorder.fences_written == 0

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -175,6 +175,10 @@ class KafkaTarget:
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
         self._stopped = False
+        #: called with (job, RecordMetadata) once the broker acknowledged a job's record,
+        #: before the handler returns; None (the default) costs one attribute test per
+        #: send. For test harnesses only (tests/chaos/app.py logs every ack with it).
+        self.on_ack: Callable[[Job, Any], None] | None = None
 
     # --- life cycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -219,11 +223,13 @@ class KafkaTarget:
         )
         try:
             if appender is None or queued is None:
-                await self.send(Record(topic, key, value, tuple(headers)))
+                acked = await self.send(Record(topic, key, value, tuple(headers)))
             else:
-                await self._delivered(appender.producer, queued)
+                acked = await self._delivered(appender.producer, queued)
         except SendFailed as failed:
             raise signal_for(failed.failure, topic, failed.cause) from failed.cause
+        if self.on_ack is not None:
+            self.on_ack(job, acked)
 
     async def send(self, record: Record) -> Any:
         """One record, one try; returns aiokafka's RecordMetadata or raises SendFailed."""
