@@ -15,6 +15,12 @@ recorder never read, `classify_lost` names the cause from that log and the recor
   the broker acknowledged it, the harness did not see it before the broker (memory
   storage) forgot it, or the recorder stopped short of it.
 
+`unread()` applies the same log to every record, lost job or not: each acknowledged
+record must have been read at its acknowledged offset (in some broker generation). One
+that was not is a hole in the observation — an at-least-once job may have been read
+elsewhere (a resend), but an unread record could as well hide an at-most-once
+duplicate — so it fails the run too.
+
 Every cause still fails the run (the harness fails closed); the cause only says where
 to look. The generation of an acknowledgement is not logged (a worker cannot know which
 broker life answered), so every generation is considered.
@@ -72,6 +78,18 @@ class AckIndex:
         for r in records:
             self.held[(r.generation, r.topic, r.partition, r.offset)] = r.event_id
             self.generations.add(r.generation)
+
+    def unread(self) -> list[Ack]:
+        """Acknowledged records the recorder did not read at their offset."""
+        return [
+            ack
+            for acks in self.by_job.values()
+            for ack in acks
+            if not any(
+                self.held.get((gen, ack.topic, ack.partition, ack.offset)) == ack.job
+                for gen in self.generations
+            )
+        ]
 
     def classify_lost(self, job_id: str) -> tuple[str, str]:
         """(cause, detail) for a succeeded job none of whose records was read."""

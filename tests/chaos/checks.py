@@ -130,6 +130,13 @@ def analyse(
     count = Counter(r.event_id for r in records)
     for job_id, trail in kafka.items():
         check_job(summary, job_id, trail, count[job_id], hits, acks)
+    if acks is not None:
+        for ack in acks.unread():
+            summary.acks_unread += 1
+            summary.problem(
+                f"acknowledged record not read: {ack.job} at"
+                f" {ack.topic}/{ack.partition}@{ack.offset} (ack log, pid {ack.pid})"
+            )
     for problem in order_problems(records, kafka, summary):
         summary.order_violations += 1
         summary.problem(problem)

@@ -54,6 +54,7 @@ class Summary:
     lost: int = 0
     lost_causes: Counter[str] = field(default_factory=Counter)  # tests/chaos/acks.py
     acks_logged: int = 0  # records the workers logged as acknowledged (CHAOS_ACKS)
+    acks_unread: int = 0  # acknowledged records not read at their offset
     fences: int = 0  # quiesce fence records the harness wrote (Recorder.quiesced)
     amo_duplicates: int = 0
     alo_duplicates: int = 0  # allowed: resends share event_id
@@ -82,6 +83,7 @@ class Summary:
             or self.hidden_problems
             or self.lost
             or self.offsets_unread
+            or self.acks_unread
             or self.amo_duplicates
             or self.alo_undelivered
             or self.dead_unjustified
@@ -138,7 +140,8 @@ class Summary:
             ("lost", self.lost),
             ("lost, by cause (workers' ack log)", causes),
             ("records acknowledged to the workers (ack log)", self.acks_logged),
-            ("quiesce fences written / read", self.fences),
+            ("acknowledged records not read at their offset", self.acks_unread),
+            ("quiesce fence records written", self.fences),
             ("at-most-once duplicates", self.amo_duplicates),
             ("at-least-once duplicates (allowed)", self.alo_duplicates),
             ("at-least-once undelivered", self.alo_undelivered),

@@ -127,6 +127,25 @@ def test_a_lost_job_is_classified_by_the_workers_ack_log() -> None:
     overwritten = lost_a2([Ack("a2", app.AMO_TOPIC, 0, 0)])  # a1 is read there
     assert overwritten.lost_causes == {OVERWRITTEN: 1}
     assert "chaos.amo/0@0 (generation 0: a1)" in overwritten.problems[0]
+    assert (unread.acks_unread, overwritten.acks_unread, engine.acks_unread) == (1, 1, 0)
+
+
+def test_an_acknowledged_record_not_read_fails_even_if_the_job_was_read() -> None:
+    """An at-least-once job read once (a resend) whose first acknowledged record was not
+    read: nothing is lost, but the record has a hole that could hide an at-most-once
+    duplicate, so the run fails."""
+    trails = base()
+    records = [record(i, trails[i], n) for n, i in enumerate(["a1", "b1", "a2", "b2"])]
+    acks = [Ack(r.event_id or "", r.topic, 0, r.offset) for r in records]
+    summary = Summary("test")
+    rows = {(t.key, t.version) for t in trails.values() if t.key is not None}
+    analyse(summary, rows, trails, records, WINDOW, [], (), AckIndex(acks, records))
+    assert summary.ok, summary.table()
+    acks.append(Ack("b1", app.ALO_TOPIC, 0, 9))  # an earlier send of b1, acknowledged
+    summary = Summary("test")
+    analyse(summary, rows, trails, records, WINDOW, [], (), AckIndex(acks, records))
+    assert (summary.lost, summary.acks_unread, summary.ok) == (0, 1, False)
+    assert "acknowledged record not read: b1 at chaos.alo/0@9" in summary.problems[0]
 
 
 def test_the_ack_log_round_trips_and_skips_a_torn_line(tmp_path: Path) -> None:
