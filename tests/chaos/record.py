@@ -240,7 +240,7 @@ class Recorder:
         Produce request unanswered, `LoopbackProxy.produce_idle`), then write a fence
         record to every partition and wait until the recorder has read each fence and
         everything below it; a fence not read within `FENCE_AGAIN_S` gets another one
-        after it. A condition, not a delay: False when it did not hold within
+        after it (a later write makes tansu return the earlier one). A condition, not a delay: False when it did not hold within
         `timeout_s`."""
         from aiokafka import AIOKafkaProducer
 
@@ -255,7 +255,10 @@ class Recorder:
         )
         try:
             await asyncio.wait_for(producer.start(), 10)
-            fences: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when written
+            # per partition: the first fence's offset (everything acknowledged before is
+            # below it) and when the last fence was written there
+            fences: dict[tuple[str, int], tuple[int, float]] = {}
+            waiting: list[tuple[str, int]] = []
             while time.monotonic() < deadline:
                 waiting = [
                     (t, p)
@@ -272,7 +275,8 @@ class Recorder:
                         producer.send_and_wait(t, b"{}", key=FENCE_KEY, partition=p), 10
                     )
                     self.fences_written += 1
-                    fences[t, p] = (meta.offset, time.monotonic())
+                    first = fences[t, p][0] if (t, p) in fences else meta.offset
+                    fences[t, p] = (first, time.monotonic())
                 await asyncio.sleep(0.05)
             logger.info("quiesce: fences not read: %s", waiting)
             return False
