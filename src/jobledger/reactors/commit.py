@@ -38,18 +38,28 @@ class _Call:
 
 #: changes one commit takes before it leaves the other calls to the next one
 MAX_COMMIT_CHANGES = 1000
+#: commits in flight at once (each on its own pooled connection)
+WRITERS = 1
 
 
 class GroupCommitter:
     def __init__(
-        self, store: Store, clock: Clock, pod: str, *, max_changes: int = MAX_COMMIT_CHANGES
+        self,
+        store: Store,
+        clock: Clock,
+        pod: str,
+        *,
+        max_changes: int = MAX_COMMIT_CHANGES,
+        writers: int = WRITERS,
     ) -> None:
         self._store = store
         self._clock = clock
         self._pod = pod
         self._max_changes = max_changes
         self._pending: list[_Call] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._pending_size = 0  # changes in _pending
+        self._writers: set[asyncio.Task[None]] = set()
+        self._most_writers = writers
         self.commits = 0  # transactions written (for the benches)
 
     async def commit(self, changes: Sequence[Change], guarded: Sequence[bool]) -> list[bool]:
@@ -60,33 +70,45 @@ class GroupCommitter:
             raise ValueError("commit: one guarded flag per change")
         call = _Call(changes, guarded, asyncio.get_running_loop().create_future())
         self._pending.append(call)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_all(), name="jobledger-commit")
+        self._pending_size += len(changes)
+        live = len(self._writers)
+        if live == 0 or (live < self._most_writers and self._pending_size >= self._max_changes):
+            writer = asyncio.create_task(self._write_all(), name="jobledger-commit")
+            self._writers.add(writer)
         return await call.future
 
     async def close(self) -> None:
-        if self._writer is not None:
+        for writer in list(self._writers):
             with contextlib.suppress(Exception):
-                await self._writer
+                await writer
 
     async def _write_all(self) -> None:
-        while self._pending:
-            calls = self._take()
-            changes = [change for call in calls for change in call.changes]
-            guarded = [flag for call in calls for flag in call.guarded]
-            try:
-                flags = await self._write(changes, guarded)
-            except Exception as exc:
+        """One writer: commits until nothing is pending. A second writer starts only
+        while a full commit's worth waits, and stops once less than that does (the
+        last one left stops only when nothing is pending)."""
+        me = asyncio.current_task()
+        try:
+            while self._pending:
+                if len(self._writers) > 1 and self._pending_size < self._max_changes:
+                    return
+                calls = self._take()
+                changes = [change for call in calls for change in call.changes]
+                guarded = [flag for call in calls for flag in call.guarded]
+                try:
+                    flags = await self._write(changes, guarded)
+                except Exception as exc:
+                    for call in calls:
+                        if not call.future.done():
+                            call.future.set_exception(exc)
+                    continue
+                start = 0
                 for call in calls:
+                    end = start + len(call.changes)
                     if not call.future.done():
-                        call.future.set_exception(exc)
-                continue
-            start = 0
-            for call in calls:
-                end = start + len(call.changes)
-                if not call.future.done():
-                    call.future.set_result(flags[start:end])
-                start = end
+                        call.future.set_result(flags[start:end])
+                    start = end
+        finally:
+            self._writers.discard(me)
 
     def _take(self) -> list[_Call]:
         """The calls of the next commit: the oldest first, whole calls, until they hold
@@ -100,6 +122,7 @@ class GroupCommitter:
             size += len(pending[end].changes)
             end += 1
         calls, self._pending = pending[:end], pending[end:]
+        self._pending_size -= size
         return calls
 
     async def _write(self, changes: list[Change], guarded: list[bool]) -> list[bool]:

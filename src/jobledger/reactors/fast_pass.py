@@ -33,6 +33,8 @@ _PREFIXES = (4, 32)
 #: a read-ahead is skipped when more than 1/_AHEAD_AGAIN of its page would be rows of
 #: the page before (the versions of a key cut short at its end; 1 row with distinct keys)
 _AHEAD_AGAIN = 10
+#: `update` of more rows than this rebuilds the buffer instead of editing it in place
+_FEW_CHANGED = 8
 
 
 class PartitionPass:
@@ -203,6 +205,9 @@ class PartitionPass:
         """Rows that changed, rows that left, in one pass over the buffer that stops once
         all were found (an at-most-once round touches one row, usually near the front)."""
         left = len(replaced) + len(dropped)
+        if left > _FEW_CHANGED:  # a whole round's rows: one pass that rebuilds the list
+            self.buffer = [replaced.get(j.id, j) for j in self.buffer if j.id not in dropped]
+            return
         buffer = self.buffer
         i = 0
         while left and i < len(buffer):

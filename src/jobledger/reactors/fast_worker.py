@@ -56,7 +56,8 @@ class PartitionWorker:
     def __init__(self, lane: FastLane, partition: int, lease_until: datetime) -> None:
         self.lane = lane
         self.partition = partition
-        self.lease_until = lease_until
+        self._lease_until = lease_until
+        self._send_deadline = send_deadline(lease_until, lane.settings.partition_lease_s)
         self.event = asyncio.Event()
         # unset: the lane wakes a new worker whose partition has rows (one read for all)
         self.stopping = False
@@ -72,6 +73,16 @@ class PartitionWorker:
         self.hinted: list[Job] = []
 
     # --- control ----------------------------------------------------------------------
+    @property
+    def lease_until(self) -> datetime:
+        """The partition's lease as this pod last renewed it (its own clock)."""
+        return self._lease_until
+
+    @lease_until.setter
+    def lease_until(self, until: datetime) -> None:
+        self._lease_until = until
+        self._send_deadline = send_deadline(until, self.lane.settings.partition_lease_s)
+
     @property
     def busy(self) -> bool:
         return self.in_round or self._carried is not None
@@ -268,16 +279,17 @@ class PartitionWorker:
     async def _chain(self, chain: tuple[Job, ...], probes: set[str]) -> list[_Ran]:
         lane = self.lane
         out: list[_Ran] = []
+        target = lane.engine.targets.find(chain[0].target)  # a chain is one target's key
+        if target is None:
+            return out
+        pauses, outcomes = lane.pauses, lane.outcomes
         for job in chain:
             if not self._may_send():
                 break  # the lease ends (by this pod's clock) before this send could finish
-            if lane.pauses.is_paused(job.target) and job.id not in probes:
+            if pauses.is_paused(job.target) and job.id not in probes:
                 break  # the target was paused in this round: skip the rest of its batch
-            target = lane.engine.targets.find(job.target)
-            if target is None:
-                break
-            run = await lane.outcomes.run(target, job)
-            outcome = lane.outcomes.judge(target, job, run)
+            run = await outcomes.run(target, job)
+            outcome = outcomes.judge(target, job, run)
             out.append(_Ran(job, target, run, outcome))
             if outcome.label != "ok":
                 break  # a failed row stops the later versions of its key
@@ -291,7 +303,7 @@ class PartitionWorker:
         if self.lost:
             return False
         lane = self.lane
-        if lane.clock.now() < send_deadline(self.lease_until, lane.settings.partition_lease_s):
+        if lane.clock.now() < self._send_deadline:  # send_deadline(lease_until)
             return True
         self.lost = True
         self.stopping = True

@@ -73,14 +73,20 @@ class OutcomePath:
         error: BaseException | None = None
         token = context.enter_job(job.trace_id, job.traceparent, job.actor)
         try:
-            with traced_run(self.engine.observers, job) as span:  # spans nest under it
+            if self.engine.observers.observers:  # a tracing observer opens the run span
+                with traced_run(self.engine.observers, job) as span:  # spans nest under it
+                    try:
+                        await target.handler(job)
+                    except (Exception, SystemExit) as exc:
+                        error = exc
+                        span.failed(exc)
+            else:  # no observer, no span: the lanes' hot path
                 try:
                     await target.handler(job)
                 # every handler failure is classified; a handler's sys.exit() is one (it
                 # must not end the lane's task, and with it the pod, on every pod it reaches)
                 except (Exception, SystemExit) as exc:
                     error = exc
-                    span.failed(exc)
         finally:
             context.leave(token)
         return classify(error, (time.perf_counter() - started) * 1000.0)
@@ -111,10 +117,16 @@ class OutcomePath:
         lost its compare-and-set to a takeover: result=lost)."""
         label = outcome.label if applied else "lost"
         row = outcome.change.row if isinstance(outcome.change.row, Job) else None
-        attempts = row.attempts if row is not None else _attempts_of(outcome, job)
-        self.log_run(job, label, run.duration_ms, attempts, run.error)
+        if self._recorded(label):
+            attempts = row.attempts if row is not None else _attempts_of(outcome, job)
+            self.log_run(job, label, run.duration_ms, attempts, run.error)
         if applied and outcome.dead:
             self.dead(row or job, _reason_of(outcome), run.error)
+
+    def _recorded(self, label: str) -> bool:
+        """Whether a run with this result is seen at all: an observer, or a log level
+        that writes its `job run` line. If not, the hot path builds no record."""
+        return bool(self.engine.observers.observers) or run_log.isEnabledFor(run_line_level(label))
 
     async def record_lost(self, job: Job, run: RunResult, outcome: Outcome, pod: str) -> None:
         """The handler ran, yet its outcome lost the compare-and-set to another run's.
@@ -153,7 +165,7 @@ class OutcomePath:
         self, job: Job, label: str, duration_ms: float, attempts: int, error: str | None
     ) -> None:
         observers = self.engine.observers
-        if not observers.observers and not run_log.isEnabledFor(run_line_level(label)):
+        if not self._recorded(label):
             return  # the hot path builds no record nobody reads
         record = RunRecord(job, label, duration_ms, attempts, error, self.engine.clock.now())
         log_run_line(record)
