@@ -7,22 +7,38 @@ finds nothing (≈ 15-20 % of a busy lane's CPU, measured in bench/drain.py and
 bench/kafka_delivery.py). `gc.freeze()` moves everything tracked so far into a permanent
 generation that collections skip; garbage created later is collected as usual.
 
+The youngest generation's threshold is raised as well (700 → `YOUNG_THRESHOLD` net
+allocations) while a runtime holds the freeze: a busy lane keeps thousands of rows,
+events and changes alive between a page read and its commit, and at 700 the collector
+walked them over and over, promoting them to older generations that it then walked
+again (≈ 10 % of a PostgreSQL drain's CPU, and its longest event-loop stalls:
+bench/drain.py, docs/performance.md). Cyclic garbage is still collected, in larger and
+fewer collections.
+
 Runtimes in one process (tests, several pods) share one freeze: the first start freezes,
-the last stop unfreezes.
+the last stop unfreezes and puts the thresholds back.
 """
 
 from __future__ import annotations
 
 import gc
 
+#: the youngest generation's threshold while a runtime runs (CPython's default is 700)
+YOUNG_THRESHOLD = 10_000
+
 _holders = 0
+_thresholds: tuple[int, int, int] | None = None  # what they were before the first hold
 
 
 def hold() -> None:
     """A runtime starts: freeze what exists now (once per process)."""
-    global _holders
+    global _holders, _thresholds
     if _holders == 0:
         gc.freeze()
+        young, middle, old = gc.get_threshold()
+        _thresholds = (young, middle, old)
+        if young:  # 0: the collector is off, leave it so
+            gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)
     _holders += 1
 
 
@@ -34,3 +50,5 @@ def release() -> None:
     _holders -= 1
     if _holders == 0:
         gc.unfreeze()
+        if _thresholds is not None:
+            gc.set_threshold(*_thresholds)
