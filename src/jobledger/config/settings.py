@@ -124,7 +124,8 @@ class Settings:
             as_bool,
             None,
             "on: a started worker moves the objects it booted with out of the garbage"
-            " collector's scans (gc.freeze) until it stops.",
+            " collector's scans (gc.freeze) and raises the youngest generation's threshold"
+            " (700 -> 10,000) until it stops.",
         ),
     )
     # SIGTERM → the pod has left (or exits anyway) within this
