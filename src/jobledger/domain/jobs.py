@@ -3,8 +3,9 @@
 The commands that make those events live in `job_commands` (enqueue, marks, claims,
 admin) and `job_outcomes` (the one outcome path of both lanes): pure functions
 `(job, command arguments) -> Change`, a state and a command in, events and the new row
-out. `apply(job, event)` here is the only way a row changes; the same function folds the log in `jobledger replay`, so the live queue and a
-rebuilt one cannot disagree. State machine (reference §6, closing G2 and G6)::
+out. `apply(job, event)` is the only way a row changes; `jobledger replay` folds the log
+with its in-place twin `apply_state` (same helpers), so the live queue and a rebuilt one
+cannot disagree. State machine (reference §6, closing G2 and G6)::
 
     (new) --JobEnqueued--> PENDING
     PENDING --JobDispatched--> PENDING + in-flight mark        (fast lane, at-most-once)
@@ -186,13 +187,9 @@ class Stamp:
 # --- folding events into the row ------------------------------------------------------
 
 
-_CLEARED: dict[str, Any] = {
-    "claimed_by": None,
-    "claim_token": None,
-    "lease_until": None,
-    "inflight_token": None,
-    "running_code": None,
-}
+_CLEARED: dict[str, Any] = dict.fromkeys(
+    ("claimed_by", "claim_token", "lease_until", "inflight_token", "running_code")
+)
 _LEAVES_QUEUE = frozenset(
     {EventType.JOB_SUCCEEDED, EventType.JOB_SKIPPED, EventType.JOB_CANCELLED, EventType.JOB_EXPIRED}
 )
@@ -213,9 +210,7 @@ def evolve_source() -> str:
 
     `evolve(job, {"status": JobStatus.DEAD})` equals
     `dataclasses.replace(job, status=JobStatus.DEAD)` (tests/unit/test_job_state_machine.py
-    compares the two for every field); `inspect.getsource(_evolve)` and tracebacks show
-    this text (`records.compile_generated` registers it as `<evolve Job>`).
-    """
+    compares the two for every field); tracebacks show this text (`<evolve Job>`)."""
     args = "".join(f"        c[{n!r}] if {n!r} in c else job.{n},\n" for n in JOB_FIELDS)
     return f"def evolve(job, c):\n    return Job(\n{args}    )\n"
 
@@ -230,8 +225,9 @@ def _compile_evolve() -> Callable[[Job, dict[str, Any]], Job]:
 _evolve = _compile_evolve()
 
 
-def _changes_for(job: Job, event: Event) -> dict[str, Any]:
-    """The fields `event` sets on `job` (besides version, hash and updated_at)."""
+def _changes_for(current: Callable[[str], Any], event: Event) -> dict[str, Any]:
+    """The fields `event` sets on a row (besides version, hash and updated_at);
+    `current(name)` is a field's value before it (the few transitions that keep one)."""
     data = event.data
     kind = event.type
     if kind == EventType.JOB_DISPATCHED:
@@ -260,15 +256,15 @@ def _changes_for(job: Job, event: Event) -> dict[str, Any]:
         return {
             **_CLEARED,
             "status": JobStatus.PENDING,
-            "next_run_at": parse_iso(next_run) if next_run else job.next_run_at,
-            "last_error": data.get("error", job.last_error),
+            "next_run_at": parse_iso(next_run) if next_run else current("next_run_at"),
+            "last_error": data["error"] if "error" in data else current("last_error"),
         }
     if kind == EventType.JOB_DEAD:
         return {
             **_CLEARED,
             "status": JobStatus.DEAD,
-            "attempts": data.get("attempts", job.attempts),
-            "last_error": data.get("error", job.last_error),
+            "attempts": data["attempts"] if "attempts" in data else current("attempts"),
+            "last_error": data["error"] if "error" in data else current("last_error"),
             "dead_reason": data.get("reason"),
             "closed_at": event.at,
         }
@@ -284,43 +280,71 @@ def _changes_for(job: Job, event: Event) -> dict[str, Any]:
     raise ValueError(f"{event.stream}: unknown job event {kind}")
 
 
+def _enqueued_fields(event: Event) -> dict[str, Any]:
+    """Every field of the row a JobEnqueued starts, by name."""
+    data = event.data
+    return {
+        "id": data["id"],
+        "code": data["code"],
+        "target": data["target"],
+        "lane": Lane(data["lane"]),
+        "key": data.get("key"),
+        "partition": data["partition"],
+        "version": data.get("version", 0),
+        "payload": data.get("payload"),
+        "dedupe_key": data["dedupe_key"],
+        "status": JobStatus.PENDING,
+        "attempts": 0,
+        "next_run_at": parse_iso(data["run_at"]) if data.get("run_at") else event.at,
+        "created_at": event.at,
+        "updated_at": event.at,
+        "stream_version": event.version,
+        "last_hash": event.hash,
+        "headers": data.get("headers"),
+        "trace_id": event.trace_id,
+        "traceparent": data.get("traceparent"),
+        "actor": event.actor,
+    }  # the other fields: None, `Job`'s defaults (`apply_state` reads them with `get`)
+
+
+def _opened(open_row: object, event: Event) -> bool:
+    """Whether `event` starts a row (JobEnqueued); raises what `apply` refuses."""
+    if event.type == EventType.JOB_ENQUEUED:
+        if open_row is not None:
+            raise ValueError(f"{event.stream}: enqueued twice")
+        return True
+    if open_row is None and event.type != EventType.JOB_REDELIVERED:
+        raise ValueError(f"{event.stream} v{event.version}: {event.type} before JobEnqueued")
+    return False
+
+
 def apply(job: Job | None, event: Event) -> Job | None:
     """The row after `event`; None once the job has left the queue."""
-    data = event.data
-    if event.type == EventType.JOB_ENQUEUED:
-        if job is not None:
-            raise ValueError(f"{event.stream}: enqueued twice")
-        return Job(
-            id=data["id"],
-            code=data["code"],
-            target=data["target"],
-            lane=Lane(data["lane"]),
-            key=data.get("key"),
-            partition=data["partition"],
-            version=data.get("version", 0),
-            payload=data.get("payload"),
-            dedupe_key=data["dedupe_key"],
-            status=JobStatus.PENDING,
-            attempts=0,
-            next_run_at=parse_iso(data["run_at"]) if data.get("run_at") else event.at,
-            created_at=event.at,
-            updated_at=event.at,
-            stream_version=event.version,
-            last_hash=event.hash,
-            headers=data.get("headers"),
-            trace_id=event.trace_id,
-            traceparent=data.get("traceparent"),
-            actor=event.actor,
-        )
-    if event.type == EventType.JOB_REDELIVERED and job is None:
-        return None  # a late run's record, after the job left the queue
-    if job is None:
-        raise ValueError(f"{event.stream} v{event.version}: {event.type} before JobEnqueued")
-    if event.type in _LEAVES_QUEUE:
-        return None
-    changes = _changes_for(job, event)
+    if _opened(job, event):
+        return Job(**_enqueued_fields(event))
+    if job is None or event.type in _LEAVES_QUEUE:
+        return None  # left, or a late run's record after the job left the queue
+    changes = _changes_for(job.__getattribute__, event)
     changes.update(stream_version=event.version, last_hash=event.hash, updated_at=event.at)
     return _evolve(job, changes)
+
+
+#: a job row's fields by name, mutable: what a fold of a whole stream carries (`apply_state`)
+JobState = dict[str, Any]
+
+
+def apply_state(state: JobState | None, event: Event) -> JobState | None:
+    """`apply` on a `JobState`, changed in place (same transitions, same helpers, no
+    frozen `Job` per event): `Job(**state)` after any event is the row `apply` gives
+    (tests/unit/test_job_state_fold.py). Replay folds a whole stream this way and builds
+    its `Job` once. Raises what `apply` refuses, the state left as it was."""
+    if _opened(state, event):
+        return _enqueued_fields(event)
+    if state is None or event.type in _LEAVES_QUEUE:
+        return None
+    changes = _changes_for(state.get, event)
+    state.update(changes, stream_version=event.version, last_hash=event.hash, updated_at=event.at)
+    return state
 
 
 def fold(events: list[Event]) -> Job | None:

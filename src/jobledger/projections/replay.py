@@ -1,60 +1,39 @@
 """Replay: fold the whole log again and compare it with the live read models.
 
 The jobs and schedules tables are written inline, in the transaction of the events
-that change them. Replay proves they still say what the log says: it reads every
-event in position order, folds job streams with `domain.jobs.apply` and schedule
-streams with `domain.schedules.apply_schedule` (the same functions the commands use),
-then reports every row that is missing, extra, or different field by field.
+that change them. Replay proves they still say what the log says: it folds job streams
+with `domain.jobs.apply_state` (the transitions of `apply`, the function the commands
+use) and schedule streams with `domain.schedules.apply_schedule`, then reports every
+row that is missing, extra, or different field by field. `replay` reads the log stream
+by stream and compares each job stream's row as soon as it is folded
+(`replay_stream.py`): its memory does not grow with the log.
 
 `replay(store, apply=True)` swaps the live read models for the rebuilt ones
-(`Store.replace_read_models`). Run it with the workers stopped: a change committed
-between the last read of the log and the swap would be overwritten. Replay narrows
-that window by folding the log's tail once more just before swapping.
+(`Store.replace_read_models`): only then are all the rows rebuilt in memory at once
+(`Rebuild`, the log in position order), and the swap is checked by another streamed
+pass. Run it with the workers stopped: a change committed between the read of the log
+and the swap would be overwritten.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
 from jobledger.domain.schedule_row import Schedule
+from jobledger.projections.differences import EXTRA as EXTRA
+from jobledger.projections.differences import FIELD as FIELD
+from jobledger.projections.differences import MISSING as MISSING
+from jobledger.projections.differences import Difference as Difference
+from jobledger.projections.differences import compare_rows as compare_rows
+from jobledger.projections.differences import differences as _differences
 from jobledger.projections.jobs import JOB_PREFIX, JobsFold
 from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
+from jobledger.projections.replay_stream import StreamedReplay, replay_streams
 from jobledger.projections.schedules import ScheduleApply, SchedulesFold
 from jobledger.storage.port import JobFilter, Store
-
-MISSING = "missing"  # the log has the row, the live read model does not
-EXTRA = "extra"  # the live read model has a row the log does not explain
-FIELD = "field"  # both have the row, a field differs
-
-
-@dataclass(frozen=True, slots=True)
-class Difference:
-    model: str  # "jobs" | "schedules"
-    key: str  # job id or schedule code
-    kind: str  # MISSING | EXTRA | FIELD
-    field: str | None = None
-    live: Any = None
-    rebuilt: Any = None
-
-    def describe(self) -> str:
-        if self.kind == MISSING:
-            return f"{self.model} {self.key}: missing from the live read model"
-        if self.kind == EXTRA:
-            return f"{self.model} {self.key}: in the live read model, not in the log"
-        return (
-            f"{self.model} {self.key}: {self.field} is {_short(self.live)} live,"
-            f" {_short(self.rebuilt)} from the log"
-        )
-
-
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Rebuild:
@@ -108,35 +87,6 @@ async def rebuild(
     result = Rebuild(schedule_fold)
     await result.read(store, page=page, on_page=on_page)
     return result
-
-
-def _row_differences(model: str, key: str, live: Any, rebuilt: Any) -> list[Difference]:
-    """Field-by-field differences of two rows of the same dataclass."""
-    if type(live) is not type(rebuilt) or not dataclasses.is_dataclass(live):
-        return [Difference(model, key, FIELD, "row", live, rebuilt)]
-    out = []
-    for f in dataclasses.fields(live):
-        a, b = getattr(live, f.name), getattr(rebuilt, f.name)
-        if a != b:
-            out.append(Difference(model, key, FIELD, f.name, a, b))
-    return out
-
-
-def compare_rows(model: str, live: dict[str, Any], rebuilt: dict[str, Any]) -> list[Difference]:
-    """Every difference between two read models keyed alike, in key order."""
-    out: list[Difference] = []
-    for key in sorted(live.keys() | rebuilt.keys()):
-        out += _differences(model, key, live.get(key), rebuilt.get(key))
-    return out
-
-
-def _differences(model: str, key: str, live: Any, rebuilt: Any) -> list[Difference]:
-    """The differences of one key (None: no row on that side)."""
-    if live is None:
-        return [Difference(model, key, MISSING, rebuilt=rebuilt)]
-    if rebuilt is None:
-        return [Difference(model, key, EXTRA, live=live)]
-    return _row_differences(model, key, live, rebuilt) if live != rebuilt else []
 
 
 async def compare_jobs(store: Store, rebuilt: dict[str, Job], *, page: int) -> list[Difference]:
@@ -194,14 +144,6 @@ class ReplayReport:
         return out
 
 
-async def compare(store: Store, rebuilt: Rebuild, *, page: int = DEFAULT_PAGE) -> list[Difference]:
-    differences = await compare_jobs(store, rebuilt.jobs.rows, page=page)
-    if rebuilt.schedules.available:
-        live_schedules = {s.code: s for s in await store.list_schedules()}
-        differences += compare_rows("schedules", live_schedules, rebuilt.schedules.rows)
-    return differences
-
-
 async def replay(
     store: Store,
     *,
@@ -210,32 +152,39 @@ async def replay(
     schedule_fold: ScheduleApply | None = None,
     on_page: OnPage | None = None,
 ) -> ReplayReport:
-    """Rebuild the read models from the log and compare; with `apply`, swap them in.
+    """Fold the log stream by stream and compare; with `apply`, swap the rebuilt read
+    models in (then every open row is rebuilt in memory: the swap takes them all).
 
     The swap is refused while the log has events the folds reject: a rebuild that
     skipped events is not a better read model than the live one.
     """
-    rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
-    differences = await compare(store, rebuilt, page=page)
+    passed = await replay_streams(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
     applied = False
-    if apply and differences and not rebuilt.problems:
-        await rebuilt.read(store, page=page, on_page=on_page)  # what committed meanwhile
-    if apply and differences and not rebuilt.problems:
-        schedules: Sequence[Schedule] = (
-            list(rebuilt.schedules.rows.values())
-            if rebuilt.schedules.available
-            else await store.list_schedules()
-        )
-        jobs: Sequence[Job] = list(rebuilt.jobs.rows.values())
-        await store.replace_read_models(jobs, schedules)
-        applied = True
-        differences = await compare(store, rebuilt, page=page)
+    if apply and passed.differences and not passed.problems:
+        rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
+        if not rebuilt.problems:
+            schedules: Sequence[Schedule] = (
+                list(rebuilt.schedules.rows.values())
+                if rebuilt.schedules.available
+                else await store.list_schedules()
+            )
+            jobs: Sequence[Job] = list(rebuilt.jobs.rows.values())
+            await store.replace_read_models(jobs, schedules)
+            applied = True
+            del rebuilt, jobs
+            passed = await replay_streams(
+                store, page=page, schedule_fold=schedule_fold, on_page=on_page
+            )
+    return _report(passed, applied)
+
+
+def _report(passed: StreamedReplay, applied: bool) -> ReplayReport:
     return ReplayReport(
-        events=rebuilt.events,
-        position=rebuilt.position,
-        jobs_rebuilt=len(rebuilt.jobs.rows),
-        schedules_rebuilt=len(rebuilt.schedules.rows) if rebuilt.schedules.available else None,
-        differences=differences,
-        problems=rebuilt.problems,
+        events=passed.events,
+        position=passed.position,
+        jobs_rebuilt=passed.jobs_rebuilt,
+        schedules_rebuilt=len(passed.schedules.rows) if passed.schedules.available else None,
+        differences=passed.differences,
+        problems=passed.problems,
         applied=applied,
     )

@@ -333,6 +333,12 @@ class Store(abc.ABC):
         """
         return [event_row(event) for event in await self.read_log(after, limit=limit)]
 
+    async def read_log_by_stream(self, after: tuple[str, int], *, limit: int) -> list[Event] | None:
+        """Up to `limit` events after (stream, version) `after`, in that order, streams
+        by code point (PostgreSQL `COLLATE "C"`, SQLite `BINARY`): replay's read, from
+        the unique index. None (this default): replay sorts the log in memory instead."""
+        return None
+
     @abc.abstractmethod
     async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
         """The `limit` events with a position smaller than `before` (None: from the

@@ -153,6 +153,16 @@ class ReadModels(PgBase):
             await cur.execute(self.sql.read_log, params)
             return await cur.fetchall()
 
+    async def read_log_by_stream(self, after: tuple[str, int], *, limit: int) -> list[Event]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.adapters.register_loader("json", TextLoader)  # parsed by `_event` (orjson)
+            await cur.execute(
+                f"SELECT {statements.EVENT_COLUMNS} FROM {self.s}.events"
+                " WHERE (stream, version) > (%s, %s) ORDER BY stream, version LIMIT %s",
+                (*after, limit),
+            )
+            return [_event(row) for row in await cur.fetchall()]
+
     async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
         rows = await self._rows(
             f"SELECT {statements.EVENT_COLUMNS} FROM {self.s}.events WHERE position < %s"

@@ -148,6 +148,16 @@ class ReadModels(SqliteBase):
 
         return await self._read(work)
 
+    async def read_log_by_stream(self, after: tuple[str, int], *, limit: int) -> list[Event]:
+        sql = f"{EVENT_SELECT} WHERE (stream, version) > (?, ?) ORDER BY stream, version LIMIT ?"
+
+        def work(conn: sqlite3.Connection) -> list[Event]:
+            cursor = conn.cursor()
+            cursor.row_factory = None
+            return [decode_event(r) for r in cursor.execute(sql, (*after, limit))]
+
+        return await self._read(work)
+
     async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
         sql = f"{EVENT_SELECT} WHERE position < ? ORDER BY position DESC LIMIT ?"
         bound = before if before is not None else 2**63 - 1
