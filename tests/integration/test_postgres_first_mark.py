@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from jobledger.config.settings import Settings
@@ -211,3 +212,32 @@ async def test_an_idle_pod_sends_a_handed_over_row_before_reading_its_partition(
 
 async def _closed(pg: PostgresStore, job_id: str) -> bool:
     return await pg.get_job(job_id) is None
+
+
+async def test_the_wake_connection_is_reused_replaced_when_terminated_and_shared_with_the_pool(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    jobs = [await written(pg, clock, key=f"k{i}") for i in range(5)]
+    for partition in {job.partition for job in jobs}:
+        await lease(pg, clock, partition)
+    guard = LeaseGuard(POD, clock.now())
+    assert await pg.mark_first(mark(jobs[0], clock), guard)
+    assert await pg.mark_first(mark(jobs[1], clock), guard)
+    wake = pg._wake
+    assert wake.connects == 1
+    pid = wake.backend_pid
+    async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for _ in range(200):
+            cur = await admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+            if await cur.fetchone() is None:
+                break
+            await asyncio.sleep(0.01)
+    # the dead connection is found before the statement is sent: replaced, no error
+    assert await pg.mark_first(mark(jobs[2], clock), guard)
+    assert wake.connects == 2 and wake.backend_pid not in (None, pid)
+    # two marks at once: one on the wake connection, the other on a pooled one
+    both = await asyncio.gather(
+        pg.mark_first(mark(jobs[3], clock), guard), pg.mark_first(mark(jobs[4], clock), guard)
+    )
+    assert list(both) == [True, True] and wake.connects == 2

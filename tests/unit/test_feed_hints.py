@@ -60,3 +60,23 @@ async def test_a_busy_subscriber_reads_the_rows_of_every_hint_it_missed() -> Non
     wake = await anext(sub)
     assert wake.jobs == (row(1), row(2)) and wake.partitions == frozenset({1, 2, 5})
     await sub.aclose()
+
+
+async def test_a_subscriber_with_a_callback_gets_each_wake_up_as_it_is_published() -> None:
+    feed = LocalFeed()
+    got: list[Wake] = []
+    sub = feed.subscribe()
+    sub.on_wake = got.append
+    await sub.open()
+    feed.publish(hint(1))
+    assert got == [hint(1)]  # at once: no task had to run
+    assert sub.pending is None and not sub.event.is_set()
+
+    def broken(wake: Wake) -> None:
+        raise RuntimeError("boom")
+
+    sub.on_wake = broken  # a callback that raises: the wake-up is queued instead
+    feed.publish(hint(2))
+    assert (await anext(sub)).jobs == (row(2),)
+    feed.close()
+    assert [w async for w in sub] == []

@@ -199,7 +199,9 @@ class Runtime:
         store = self.engine.store
         while True:
             try:
-                feed = await store.feed().open()
+                feed = store.feed()
+                feed.on_wake = self.dispatch  # as published: no task switch on the wake path
+                await feed.open()
                 ready.set()
                 async for wake in feed:
                     self.dispatch(wake)

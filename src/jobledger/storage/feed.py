@@ -13,11 +13,14 @@ every commit after that wakes the subscription.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from jobledger.domain.jobs import Change, Job
 from jobledger.storage.port import EVERYTHING, Wake
+
+logger = logging.getLogger("jobledger.storage")
 
 #: rows a merged hint keeps (`Wake.jobs`); past this the subscriber reads
 MAX_HINTED_JOBS = 32
@@ -68,6 +71,9 @@ class Subscription:
         self.pending: Wake | None = None
         self.event = asyncio.Event()
         self._open = False
+        #: when set, each wake-up is handed to it as it is published (no task switch;
+        #: it must not block nor raise); the iterator then only ends with the feed
+        self.on_wake: Callable[[Wake], None] | None = None
 
     async def open(self) -> Subscription:
         if not self._open:
@@ -112,6 +118,12 @@ class LocalFeed:
 
     def publish(self, wake: Wake) -> None:
         for sub in self._subscribers:
+            if sub.on_wake is not None:
+                try:
+                    sub.on_wake(wake)
+                    continue
+                except Exception:  # the subscriber's iterator gets it instead
+                    logger.exception("a wake-up callback failed; queueing the wake-up")
             sub.pending = merge(sub.pending, wake)
             sub.event.set()
 

@@ -26,6 +26,7 @@ from jobledger.storage.postgres.base import Conn
 from jobledger.storage.postgres.coordination import Coordination
 from jobledger.storage.postgres.listen import Listener
 from jobledger.storage.postgres.read_models import ReadModels
+from jobledger.storage.postgres.wake_conn import WakeConnection
 from jobledger.storage.postgres.writes import COPY_FROM, MAX_EVENTS_PER_STATEMENT, WritePath
 from jobledger.storage.rows import as_utc
 
@@ -82,6 +83,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
             self._conninfo, self.sql.channel, self._feed, retry_s=listen_retry_s
         )
         self._feed.source = self._listener  # LISTEN only while the feed has a subscriber
+        self._wake = WakeConnection(self._conninfo, _utc_options(self._conninfo))
         self._pool: AsyncConnectionPool[Conn] | None = None
 
     # --- life cycle ----------------------------------------------------------------------
@@ -133,6 +135,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
 
     async def close(self) -> None:
         await self._listener.stop()
+        await self._wake.close()
         self._feed.close()
         if self._pool is not None:
             await self._pool.close()

@@ -22,6 +22,7 @@ from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_a
 from jobledger.storage.postgres import dedupe, encode, schema
 from jobledger.storage.postgres.base import Conn, PgBase
 from jobledger.storage.postgres.mark_statement import first_mark_params
+from jobledger.storage.postgres.wake_conn import WakeConnection
 
 #: events one statement may carry: positions keep 20 bits for the ordinal in a transaction
 MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
@@ -42,6 +43,8 @@ def _can_copy(conn: Conn) -> bool:
 
 
 class WritePath(PgBase):
+    _wake: WakeConnection  # the wake path's own connection (`mark_first`)
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         async with self.pool.connection() as conn:
@@ -91,7 +94,8 @@ class WritePath(PgBase):
         params = encode.guarded_update_params(change, guard.pod, guard.now)
         at = 5 + len(TRANSITION_FIELDS)  # after the guard, the row, its id and version
         params[at:at] = first_mark_params(change.row)
-        async with self.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+        wake = self._wake.connection(self.pool)
+        async with wake as conn, conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(self.sql.first_mark, params)
             return await cur.fetchone() is not None
 
