@@ -121,8 +121,7 @@ class Store(abc.ABC):
         transaction). A change whose dedupe key is already in the log is filtered out
         *before* any insert, so this never raises a duplicate-key error that would
         abort the caller's transaction. Returns, per change, whether it was written.
-        Never commits: the caller does. The change feed fires only after the commit.
-        """
+        Never commits: the caller does. The change feed fires only after the commit."""
 
     @abc.abstractmethod
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
@@ -165,8 +164,7 @@ class Store(abc.ABC):
         """PENDING fast-lane rows of `partition` in (order key, version, id) order.
 
         Keyset paging: rows whose order key is greater than `after_key`. Served by an
-        index on (partition, order key, version) of PENDING fast rows (closes G10).
-        """
+        index on (partition, order key, version) of PENDING fast rows (closes G10)."""
 
     @abc.abstractmethod
     async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
@@ -280,13 +278,12 @@ class Store(abc.ABC):
     ) -> tuple[list[Job], int]:
         """Newest first (by id, which is time-ordered); returns (page, total).
 
-        Keyset paging (the admin listing's cost must not grow with the table): `before`
-        keeps rows whose id is smaller, newest first; `after` keeps rows whose id is
-        larger and returns them **oldest first** (the page before a cursor, or the oldest
-        matching row with `after=""`). `total` counts every row matching `flt` (cursors
-        aside), but at most `count_limit` of them when given (0: no count at all), so
-        a bounded caller never pays for a full `count(*)`.
-        """
+        Keyset paging (the admin listing's cost must not grow with the table): `before` keeps
+        rows whose id is smaller, newest first; `after` keeps rows whose id is larger and
+        returns them **oldest first** (the page before a cursor, or the oldest matching row
+        with `after=""`). `total` counts every row matching `flt` (cursors aside), but at most
+        `count_limit` of them when given (0: no count at all), so a bounded caller never pays
+        for a full `count(*)`."""
 
     @abc.abstractmethod
     async def all_jobs(self) -> list[Job]: ...
@@ -306,10 +303,9 @@ class Store(abc.ABC):
         """The events at the given (stream, version) places that exist, in any order.
 
         Projections that need a job's target and code (only its JobEnqueued, version 1,
-        carries them) or the event before the first one of a page look them up here, one
-        round trip per page, instead of keeping a map per open job. Adapters serve it from
-        their (stream, version) unique index; this default reads the streams one by one.
-        """
+        carries them) or the event before the first one of a page look them up here, one round
+        trip per page, instead of keeping a map per open job. Adapters serve it from their
+        (stream, version) unique index; this default reads the streams one by one."""
         wanted = set(keys)
         found: list[Event] = []
         for stream in sorted({stream for stream, _ in wanted}):
@@ -320,46 +316,41 @@ class Store(abc.ABC):
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
         """Events with a position greater than `after`, in position order.
 
-        Never returns an event while an event with a smaller position may still
-        commit: a reader that saves the last position it saw never skips a
-        late-committing transaction (field notes §9).
-        """
+        Never returns an event while an event with a smaller position may still commit: a
+        reader that saves the last position it saw never skips a late-committing transaction
+        (field notes §9)."""
 
     async def read_log_rows(self, after: int, *, limit: int) -> list[LogRow]:
         """`read_log`'s events as `domain.chain.LogRow` tuples, what `verify` checks.
 
         Same events, same order, same guarantee; adapters read them straight from their
-        rows without building an `Event` each. This default converts `read_log`'s.
-        """
+        rows without building an `Event` each. This default converts `read_log`'s."""
         return [event_row(event) for event in await self.read_log(after, limit=limit)]
 
     async def read_log_by_stream(self, after: tuple[str, int], *, limit: int) -> list[Event] | None:
-        """Up to `limit` events after (stream, version) `after`, in that order, streams
-        by code point (PostgreSQL `COLLATE "C"`, SQLite `BINARY`): replay's read, from
-        the unique index. None (this default): replay sorts the log in memory instead."""
+        """`limit` events after (stream, version) `after`, in that order, streams by code point
+        (replay's read, off the unique index); None (default): replay sorts the log itself."""
         return None
 
     @abc.abstractmethod
     async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
-        """The `limit` events with a position smaller than `before` (None: from the
-        newest), newest first, by the position index: the admin's browse of finished
-        jobs pages back through the log with it. Unlike `read_log` it may show an event
-        while a smaller position is still to commit: fine for a browse, not for a
-        projection."""
+        """The `limit` events with a position smaller than `before` (None: from the newest),
+        newest first, by the position index: the admin's browse of finished jobs pages back
+        through the log with it. Unlike `read_log` it may show an event while a smaller
+        position is still to commit: fine for a browse, not for a projection."""
 
     # --- log retention (the archive) ------------------------------------------------------
     @abc.abstractmethod
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
-        """Job streams that have left the queue (no read-model row) and whose newest event
-        is older than `before`: what the log archive may export and then remove.
-        Schedule streams and open jobs are never returned."""
+        """Job streams that have left the queue (no read-model row) and whose newest event is
+        older than `before`: what the log archive may export and then remove. Schedule
+        streams and open jobs are never returned."""
 
     @abc.abstractmethod
     async def delete_streams(self, streams: Sequence[str]) -> int:
-        """Remove every event of `streams` (closed job streams the archive has written
-        out); returns how many events were removed. Other events keep their positions.
-        Their dedupe keys are forgotten with them: the dedupe window is the log's
-        retention."""
+        """Remove every event of `streams` (closed job streams the archive has written out);
+        returns how many events were removed. Other events keep their positions. Their
+        dedupe keys are forgotten with them: the dedupe window is the log's retention."""
 
     # --- checkpointed projections --------------------------------------------------------
     @abc.abstractmethod
@@ -396,8 +387,7 @@ class Transaction:
 
     `native` is the driver's own handle (what `append_in` accepts too), so business
     code writes its rows on it; `after_commit` registers a hook that runs once the
-    commit succeeded — never after a rollback — and whose failure is logged, not raised.
-    """
+    commit succeeded — never after a rollback — and whose failure is logged, not raised."""
 
     native: Any
     hooks: list[Callable[[], Any]] = field(default_factory=list)
