@@ -20,14 +20,32 @@ T = TypeVar("T")
 # --- one connection and the thread that drives it ------------------------------------------
 
 
+#: the writer connection's page cache, KiB (SQLite's default is 2 MiB). An outcome batch
+#: touches index pages all over the file (the ids, keys and codes it deletes are spread
+#: over every index); with the default cache those pages are evicted and written to the
+#: WAL more than once within one transaction. The cache grows only as far as it is used.
+WRITER_CACHE_KIB = 65_536
+#: WAL pages after which a commit checkpoints (SQLite's default is 1,000). Outcome
+#: batches write thousands of pages each, so at the default nearly every commit also
+#: copied its pages into the database file and synced it; at 10,000 (≈ 40 MiB of WAL at
+#: 4 KiB pages) a page rewritten by several commits is copied once. Durability is the
+#: same: a commit is durable once its WAL frames are synced (`synchronous = FULL`).
+WAL_AUTOCHECKPOINT_PAGES = 10_000
+
+
 class Conn:
-    def __init__(self, path: str, *, name: str, offload: bool, busy_ms: int) -> None:
+    def __init__(
+        self, path: str, *, name: str, offload: bool, busy_ms: int, writer: bool = False
+    ) -> None:
         self.conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=busy_ms / 1000
         )
         self.conn.row_factory = sqlite3.Row
         self.conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
         self.conn.execute("PRAGMA synchronous = FULL")
+        if writer:
+            self.conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=name) if offload else None
 
     async def run(self, work: Callable[[], T]) -> T:

@@ -87,14 +87,27 @@ _HEADERS = rows.JOB_FIELDS.index("headers")
 _ACTOR = rows.JOB_FIELDS.index("actor")
 
 
+#: the job times: parsed through `_at`, whose cache the rows of a page share (a fresh
+#: row's three times are one text, and the rows of one enqueue share it)
+_TIMES = tuple(
+    rows.JOB_FIELDS.index(name)
+    for name in ("next_run_at", "created_at", "updated_at", "lease_until", "closed_at")
+)
+
+
 def decode_job(row: Sequence[Any]) -> Job:
-    """A job from a row selected as `JOB_SELECT` (a tuple or a `sqlite3.Row`): its JSON
-    columns parsed in place, then `rows.job_from_row` (the lanes' reads: no dict)."""
+    """A job from a row selected as `JOB_SELECT` (a tuple, a list or a `sqlite3.Row`):
+    its JSON columns parsed and its times read in place, then `rows.job_from_row` (the
+    lanes' reads: no dict)."""
     values = list(row)
     for index in (_PAYLOAD, _HEADERS, _ACTOR):
         text = values[index]
         if text is not None:
             values[index] = load_json(text)
+    for index in _TIMES:
+        text = values[index]
+        if type(text) is str:
+            values[index] = _at(text)
     return rows.job_from_row(values)
 
 

@@ -37,13 +37,14 @@ from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
 from jobledger.storage.feed import LocalFeed, Subscription
+from jobledger.storage.jsontext import loads as load_json
 from jobledger.storage.port import Store, logger
 from jobledger.storage.sqlite.base import Conn
 from jobledger.storage.sqlite.coordination import Coordination
 from jobledger.storage.sqlite.encode import decode_job
 from jobledger.storage.sqlite.read_models import ReadModels
 from jobledger.storage.sqlite.schema import migrate as migrate_schema
-from jobledger.storage.sqlite.statements import JOB_COLUMNS_SQL, JOB_SELECT
+from jobledger.storage.sqlite.statements import JOB_COLUMNS_SQL, JOB_SELECT, job_array_sql
 from jobledger.storage.sqlite.writes import WritePath
 
 
@@ -81,7 +82,11 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         if self._writer is not None:
             return
         self._writer = Conn(
-            self.path, name="jobledger-sqlite-w", offload=self.offload, busy_ms=self.busy_timeout_ms
+            self.path,
+            name="jobledger-sqlite-w",
+            offload=self.offload,
+            busy_ms=self.busy_timeout_ms,
+            writer=True,
         )
         await self._writer.run(self._enable_wal)
         await self.migrate()
@@ -121,7 +126,19 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         params: tuple[Any, ...] = (
             (partition, after_key, limit) if after_key is not None else (partition, limit)
         )
-        return await self._read(lambda c: [decode_job(r) for r in c.execute(sql, params)])
+        page = await self._job_rows(sql, params)
+        # the order the aggregate kept (SQLite feeds it the subquery's rows in order);
+        # sorting an already sorted page is one pass
+        page.sort(key=lambda j: (j.order_key, j.version, j.id))
+        return page
+
+    async def _job_rows(self, sql: str, params: Sequence[Any]) -> list[Job]:
+        """The jobs a `JOB_SELECT` statement finds, read as one JSON array: one step of
+        the SQLite engine, where a fetch takes one per row and each gives the reader
+        thread's GIL back and waits for its next turn while the event loop runs; the
+        rows are decoded here, on the loop thread."""
+        text = await self._read(lambda c: c.execute(job_array_sql(sql), params).fetchone()[0])
+        return [decode_job(r) for r in load_json(text)]
 
     async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
         at = iso(now)

@@ -6,21 +6,28 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
+
+import orjson
 
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import TRANSITION_FIELDS, Change
 from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
 from jobledger.storage.feed import wake_of
+from jobledger.storage.jsontext import loads as load_json
 from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
 from jobledger.storage.sqlite.base import SqliteBase, rollback
 from jobledger.storage.sqlite.encode import chunks, encode, encode_event
 from jobledger.storage.sqlite.statements import (
+    DELETE_JOBS_JSON,
     INSERT_EVENT,
+    INSERT_EVENTS_JSON,
     JOB_COLUMNS,
+    JOB_VERSIONS_JSON,
     ROWS_PER_STATEMENT,
     UPDATE_JOB,
+    UPDATE_JOBS_JSON,
     UPSERT_JOB,
     UPSERT_SCHEDULE,
     insert_events_sql,
@@ -254,11 +261,7 @@ def apply_group(
     """
     if not group:
         return
-    versions: dict[str, int] = {}
-    ids = list(group)
-    for chunk in chunks(ids):
-        sql = f"SELECT id, stream_version FROM jobs WHERE id IN ({', '.join('?' for _ in chunk)})"
-        versions.update(cursor.execute(sql, chunk).fetchall())
+    versions = _versions(cursor, list(group))
     accepted: list[int] = []
     for job_id, index in group.items():
         version = versions.get(job_id)
@@ -282,23 +285,68 @@ def apply_group(
         flags[index] = True
 
 
+def _versions(cursor: sqlite3.Cursor, ids: list[str]) -> dict[str, int]:
+    """The `stream_version` of each row of `ids` still there, read in one step."""
+    text = json_array(ids)
+    if text is not None:
+        found = cursor.execute(JOB_VERSIONS_JSON, (text,)).fetchone()[0]
+        return cast(dict[str, int], load_json(found))
+    versions: dict[str, int] = {}
+    for chunk in chunks(ids):
+        sql = f"SELECT id, stream_version FROM jobs WHERE id IN ({', '.join('?' for _ in chunk)})"
+        versions.update(cursor.execute(sql, chunk).fetchall())
+    return versions
+
+
+def json_array(values: Sequence[Any]) -> str | None:
+    """`values` as one JSON array for the `*_JSON` statements, or None when JSON would
+    not carry them exactly (what orjson refuses — integers past 64 bits, lone
+    surrogates — and text holding NUL): the caller then binds them one by one."""
+    try:
+        data = orjson.dumps(values)
+    except orjson.JSONEncodeError:
+        return None
+    return None if b"\\u0000" in data else data.decode()
+
+
 def _write_group(cursor: sqlite3.Cursor, group: Sequence[Change]) -> None:
-    """One multi-row statement per kind of write and chunk: a statement is one step of
-    the SQLite engine, and every step gives the GIL back and takes it again, which on a
-    busy event loop costs a thread switch each; `executemany` would make one a row."""
+    """One statement per kind of write, whatever the batch size: the rows go in as one
+    JSON array (statements.INSERT_EVENTS_JSON and its siblings). A statement is one step
+    of the SQLite engine, and every step gives the GIL back and takes it again, which on
+    a busy event loop makes the writer thread wait for its next turn (up to the 5 ms
+    switch interval) each time; `executemany` would take one a row, multi-row VALUES
+    one per 100 rows. Values JSON cannot carry exactly go the multi-row way."""
     events = [encode_event(e) for c in group for e in c.events]
-    for start in range(0, len(events), ROWS_PER_STATEMENT):
-        chunk = events[start : start + ROWS_PER_STATEMENT]
-        cursor.execute(insert_events_sql(len(chunk)), [v for row in chunk for v in row])
     gone = [c.stream[4:] for c in group if c.row is None]
-    for ids in chunks(gone):
-        cursor.execute(f"DELETE FROM jobs WHERE id IN ({', '.join('?' for _ in ids)})", ids)
     kept = [
         (c.stream[4:], *encode(rows.job_transition_dict(c.row), TRANSITION_FIELDS))
         for c in group
         if c.row is not None
     ]
-    # every row is there: its version was just read in this transaction
+    texts = [json_array(part) if part else "[]" for part in (events, gone, kept)]
+    if None in texts:
+        _write_group_rows(cursor, events, gone, kept)
+        return
+    events_text, gone_text, kept_text = texts
+    cursor.execute(INSERT_EVENTS_JSON, (events_text,))
+    if gone:
+        cursor.execute(DELETE_JOBS_JSON, (gone_text,))
+    if kept:  # every row is there: its version was just read in this transaction
+        cursor.execute(UPDATE_JOBS_JSON, (kept_text,))
+
+
+def _write_group_rows(
+    cursor: sqlite3.Cursor,
+    events: Sequence[tuple[Any, ...]],
+    gone: Sequence[str],
+    kept: Sequence[tuple[Any, ...]],
+) -> None:
+    """`_write_group` with bound parameters: multi-row statements of `ROWS_PER_STATEMENT`."""
+    for start in range(0, len(events), ROWS_PER_STATEMENT):
+        chunk = events[start : start + ROWS_PER_STATEMENT]
+        cursor.execute(insert_events_sql(len(chunk)), [v for row in chunk for v in row])
+    for ids in chunks(gone):
+        cursor.execute(f"DELETE FROM jobs WHERE id IN ({', '.join('?' for _ in ids)})", ids)
     for start in range(0, len(kept), ROWS_PER_STATEMENT):
         chunk = kept[start : start + ROWS_PER_STATEMENT]
         cursor.execute(update_jobs_sql(len(chunk)), [v for row in chunk for v in row])
