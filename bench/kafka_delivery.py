@@ -316,6 +316,9 @@ async def main(argv: list[str]) -> int:
     parser.add_argument(
         "--sort", choices=["tottime", "cumtime"], default="tottime", help="--profile's order"
     )
+    parser.add_argument(
+        "--profile-out", help="also write --profile's stats to this file (pstats format)"
+    )
     args = parser.parse_args(argv)
     work = items(args.jobs, args.keys)
     profile = cProfile.Profile() if args.profile else None
@@ -334,6 +337,8 @@ async def main(argv: list[str]) -> int:
         print_medians(rounds)
     if profile is not None:
         pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
+        if args.profile_out:
+            profile.dump_stats(args.profile_out)
     return 0
 
 

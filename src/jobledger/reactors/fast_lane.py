@@ -85,6 +85,10 @@ class FastLane:
         self.workers: dict[int, PartitionWorker] = {}
         self.stats = LaneStats()
         self.reads = asyncio.Semaphore(PAGE_READS_AT_ONCE)
+        #: set once the pod's change feed is subscribed (Runtime.start); until then no
+        #: queue is read. Set from the start for a lane driven without a feed (tests)
+        self.subscribed = asyncio.Event()
+        self.subscribed.set()
 
     def view(self, name: str) -> TargetView | None:
         target = self.engine.targets.find(name)
@@ -126,7 +130,9 @@ class FastLane:
             self.workers[partition] = worker
             if self.autostart:
                 worker.task = asyncio.create_task(worker.run(), name=f"jobledger-fast-{partition}")
-        # the workers exist before the read: a wake-up committed meanwhile reaches them
+        # the workers exist and the feed is subscribed before the read: a wake-up
+        # committed meanwhile reaches them
+        await self.subscribed.wait()
         try:
             pending = await self.store.pending_partitions(fresh, due_by=None)
         except Exception:

@@ -97,8 +97,12 @@ class Runtime:
             self._started_services.append(service)
         feed_ready = asyncio.Event()
         self._tasks.append(asyncio.create_task(self._feed(feed_ready), name="jobledger-feed"))
-        await feed_ready.wait()  # subscribed before the first read: no wake-up is lost
+        # subscribed before the first read of a queue, so no wake-up is lost: the fast
+        # lane waits for it before it reads which new partitions have rows; the leases
+        # are taken (and what their owners left in flight judged) while it subscribes
+        self.fast.subscribed = feed_ready
         await self.leases.start()
+        await feed_ready.wait()  # before the long lane's first read
         self._lease_task = asyncio.create_task(self.leases.run(), name="jobledger-leases")
         self._tasks.append(self._lease_task)
         self._tasks.append(asyncio.create_task(self.fast.poll_forever(), name="jobledger-poll"))
