@@ -77,10 +77,10 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
     paused unless the target is up), at-least-once treated as unreachable; dead_now →
     DEAD, pause state left as it is.
     """
-    error = error_text(run.error)
     if run.result == Result.OK:
         data: dict[str, Any] = {"attempts": job.attempts, "duration_ms": round(run.duration_ms, 3)}
         return Outcome(append_events(job, stamp, (EventType.JOB_SUCCEEDED, data)), "ok")
+    error = error_text(run.error)
     if run.result == Result.ANSWERED:
         attempts = job.attempts + 1
         if attempts >= policy.max_attempts:
