@@ -20,20 +20,12 @@ class CountingStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.sizes: list[int] = []
-        self.running = 0
-        self.most_running = 0
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
     ) -> list[bool]:
         self.sizes.append(len(changes))
-        self.running += 1
-        self.most_running = max(self.most_running, self.running)
-        try:
-            await asyncio.sleep(0)  # a database's round trip: another commit may start
-            return await super().apply(changes, guard=guard)
-        finally:
-            self.running -= 1
+        return await super().apply(changes, guard=guard)
 
 
 def new_jobs(engine: Engine, count: int, prefix: str) -> list[Change]:
@@ -47,7 +39,7 @@ async def test_calls_share_commits_up_to_the_size_never_split() -> None:
     clock = FakeClock()
     engine = Engine(store, clock=clock, settings=Settings())
     engine.targets.register("t", "fast", lambda job: None)
-    committer = GroupCommitter(store, clock, "pod-a", max_changes=1000, writers=1)
+    committer = GroupCommitter(store, clock, "pod-a", max_changes=1000)
     calls = [new_jobs(engine, n, f"c{c}-") for c, n in enumerate([400, 400, 400, 1500, 10])]
     results = await asyncio.gather(*(committer.commit(c, [False] * len(c)) for c in calls))
     assert [len(r) for r in results] == [400, 400, 400, 1500, 10]
@@ -57,25 +49,4 @@ async def test_calls_share_commits_up_to_the_size_never_split() -> None:
     assert store.sizes == [800, 400, 1500, 10]
     assert committer.commits == 4
     assert len(await store.all_jobs()) == 2710
-    await store.close()
-
-
-async def test_a_second_writer_only_while_a_full_commit_waits() -> None:
-    store = CountingStore()
-    await store.open()
-    clock = FakeClock()
-    engine = Engine(store, clock=clock, settings=Settings())
-    engine.targets.register("t", "fast", lambda job: None)
-    committer = GroupCommitter(store, clock, "pod-a", max_changes=500, writers=2)
-    # alone: one call, one writer
-    (one,) = [new_jobs(engine, 10, "solo-")]
-    assert all(await committer.commit(one, [False] * 10))
-    assert store.most_running == 1
-    # a backlog of four full commits: two of them in flight at a time
-    calls = [new_jobs(engine, 500, f"c{c}-") for c in range(4)]
-    results = await asyncio.gather(*(committer.commit(c, [False] * len(c)) for c in calls))
-    assert all(all(r) for r in results)
-    assert store.sizes == [10, 500, 500, 500, 500]
-    assert store.most_running == 2
-    assert len(await store.all_jobs()) == 2010
     await store.close()

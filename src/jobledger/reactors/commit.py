@@ -38,28 +38,18 @@ class _Call:
 
 #: changes one commit takes before it leaves the other calls to the next one
 MAX_COMMIT_CHANGES = 1000
-#: commits in flight at once (each on its own pooled connection)
-WRITERS = 1
 
 
 class GroupCommitter:
     def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        pod: str,
-        *,
-        max_changes: int = MAX_COMMIT_CHANGES,
-        writers: int = WRITERS,
+        self, store: Store, clock: Clock, pod: str, *, max_changes: int = MAX_COMMIT_CHANGES
     ) -> None:
         self._store = store
         self._clock = clock
         self._pod = pod
         self._max_changes = max_changes
         self._pending: list[_Call] = []
-        self._pending_size = 0  # changes in _pending
-        self._writers: set[asyncio.Task[None]] = set()
-        self._most_writers = writers
+        self._writer: asyncio.Task[None] | None = None
         self.commits = 0  # transactions written (for the benches)
 
     async def commit(self, changes: Sequence[Change], guarded: Sequence[bool]) -> list[bool]:
@@ -70,45 +60,33 @@ class GroupCommitter:
             raise ValueError("commit: one guarded flag per change")
         call = _Call(changes, guarded, asyncio.get_running_loop().create_future())
         self._pending.append(call)
-        self._pending_size += len(changes)
-        live = len(self._writers)
-        if live == 0 or (live < self._most_writers and self._pending_size >= self._max_changes):
-            writer = asyncio.create_task(self._write_all(), name="jobledger-commit")
-            self._writers.add(writer)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_all(), name="jobledger-commit")
         return await call.future
 
     async def close(self) -> None:
-        for writer in list(self._writers):
+        if self._writer is not None:
             with contextlib.suppress(Exception):
-                await writer
+                await self._writer
 
     async def _write_all(self) -> None:
-        """One writer: commits until nothing is pending. A second writer starts only
-        while a full commit's worth waits, and stops once less than that does (the
-        last one left stops only when nothing is pending)."""
-        me = asyncio.current_task()
-        try:
-            while self._pending:
-                if len(self._writers) > 1 and self._pending_size < self._max_changes:
-                    return
-                calls = self._take()
-                changes = [change for call in calls for change in call.changes]
-                guarded = [flag for call in calls for flag in call.guarded]
-                try:
-                    flags = await self._write(changes, guarded)
-                except Exception as exc:
-                    for call in calls:
-                        if not call.future.done():
-                            call.future.set_exception(exc)
-                    continue
-                start = 0
+        while self._pending:
+            calls = self._take()
+            changes = [change for call in calls for change in call.changes]
+            guarded = [flag for call in calls for flag in call.guarded]
+            try:
+                flags = await self._write(changes, guarded)
+            except Exception as exc:
                 for call in calls:
-                    end = start + len(call.changes)
                     if not call.future.done():
-                        call.future.set_result(flags[start:end])
-                    start = end
-        finally:
-            self._writers.discard(me)
+                        call.future.set_exception(exc)
+                continue
+            start = 0
+            for call in calls:
+                end = start + len(call.changes)
+                if not call.future.done():
+                    call.future.set_result(flags[start:end])
+                start = end
 
     def _take(self) -> list[_Call]:
         """The calls of the next commit: the oldest first, whole calls, until they hold
@@ -122,7 +100,6 @@ class GroupCommitter:
             size += len(pending[end].changes)
             end += 1
         calls, self._pending = pending[:end], pending[end:]
-        self._pending_size -= size
         return calls
 
     async def _write(self, changes: list[Change], guarded: list[bool]) -> list[bool]:
