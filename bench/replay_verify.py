@@ -15,7 +15,12 @@ events per CPU-second: on a shared machine the CPU figure is the one that does n
 depend on what else runs. Same-run baseline: the bare read of every event row in
 position order by the raw driver (sqlite3 / psycopg, a server-side cursor), no
 decoding, with its wall and CPU rates; each command's rates are also given as a ratio
-to the raw read's. The load average is printed before each command.
+to the raw read's. Replay reads the log in (stream, version) order: the raw read in that
+order (the unique index) is printed too. The load average is printed before each command.
+
+`--baseline-src DIR` runs each command a second time on the same log with another
+checkout's `src` first on PYTHONPATH (e.g. the code before a change: `git archive <rev>
+src | tar -x -C DIR/..`), so a before/after pair is measured in the same run.
 
 SQLite: a fresh file in a temporary folder. PostgreSQL: the `jobledger` schema of the
 database `jobledger_replay_bench` (created if missing, the schema dropped first and
@@ -49,7 +54,7 @@ PG_DATABASE = "jobledger_replay_bench"
 SLICE = 25_000  # jobs per generate() call (~100k events)
 
 
-def run_command(url: str, *args: str) -> dict[str, Any]:
+def run_command(url: str, *args: str, src: str | None = None) -> dict[str, Any]:
     """Run one `jobledger` command; its wall time, CPU time (user + system), peak RSS
     (MiB) and output.
 
@@ -60,11 +65,13 @@ def run_command(url: str, *args: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as name:
         rss_file = Path(name) / "rss"
         started = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": src} if src else None
         done = subprocess.run(
             [TIME, "-f", "%M %U %S", "-o", str(rss_file), CLI, "--store", url, *args],
             capture_output=True,
             text=True,
             check=False,
+            env=env,
         )
         seconds = time.perf_counter() - started
         rss_kib, user, system = rss_file.read_text().split()[-3:]
@@ -78,37 +85,45 @@ def run_command(url: str, *args: str) -> dict[str, Any]:
     }
 
 
-def measured(url: str, command: str, events: int, raw: tuple[float, float]) -> str:
-    """One command's line: wall and CPU rates, each against the raw read's (same run)."""
+def measured(
+    url: str, command: str, events: int, raw: tuple[float, float], src: str | None = None
+) -> str:
+    """One command's line: wall and CPU rates, each against the raw read's (same run);
+    `src`: the code under test is that checkout's (the baseline)."""
     load = os.getloadavg()[0]
-    result = run_command(url, command)
+    result = run_command(url, command, src=src)
     first = result["out"].splitlines()[0] if result["out"] else ""
     match = re.search(r"(verified|replayed) (\d+) events", first)
     seen = int(match.group(2)) if match else -1
     ok = result["code"] == 0 and seen == events
     rate, cpu_rate = events / result["seconds"], events / result["cpu"]
+    label = f"{command} (baseline)" if src else command
     return (
-        f"  {command:<7} {result['seconds']:7.2f} s {rate:9,.0f} events/s ({rate / raw[0]:.2f}x raw)"
+        f"  {label:<18} {result['seconds']:7.2f} s {rate:9,.0f} events/s ({rate / raw[0]:.2f}x raw)"
         f"  CPU {result['cpu']:6.2f} s {cpu_rate:9,.0f} events/CPU-s ({cpu_rate / raw[1]:.2f}x raw)"
         f"  peak RSS {result['rss_mib']:6.1f} MiB  load {load:.1f}  exit {result['code']}"
         f"{'' if ok else '  FAILED: ' + (first or result['err'].strip()[-300:])}"
     )
 
 
-def raw_read_sqlite(path: str) -> tuple[int, float, float]:
+#: the raw reads' orders: the log's (verify) and the unique index's (replay)
+ORDERS = {"position": "position", "stream": "stream, version"}
+
+
+def raw_read_sqlite(path: str, order: str = "position") -> tuple[int, float, float]:
     import sqlite3
 
     started, cpu = time.perf_counter(), time.process_time()
     conn = sqlite3.connect(path)
     count = 0
-    cur = conn.execute("SELECT * FROM events ORDER BY position")
+    cur = conn.execute(f"SELECT * FROM events ORDER BY {ORDERS[order]}")
     while rows := cur.fetchmany(5000):
         count += len(rows)
     conn.close()
     return count, time.perf_counter() - started, time.process_time() - cpu
 
 
-def raw_read_postgres(dsn: str) -> tuple[int, float, float]:
+def raw_read_postgres(dsn: str, order: str = "position") -> tuple[int, float, float]:
     import psycopg
 
     started, cpu = time.perf_counter(), time.process_time()
@@ -118,7 +133,7 @@ def raw_read_postgres(dsn: str) -> tuple[int, float, float]:
     with psycopg.connect(dsn) as conn, conn.cursor(name="raw") as cur:
         cur.adapters.register_loader("json", TextLoader)  # no decoding: the JSON as text
         cur.itersize = 5000
-        cur.execute("SELECT * FROM jobledger.events ORDER BY position")
+        cur.execute(f"SELECT * FROM jobledger.events ORDER BY {ORDERS[order]}")
         while rows := cur.fetchmany(5000):
             count += len(rows)
     return count, time.perf_counter() - started, time.process_time() - cpu
@@ -142,6 +157,7 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--baseline-src", help="also run each command with this src first")
     args = parser.parse_args()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     folder = tempfile.TemporaryDirectory(prefix="jl-replay-bench-")
@@ -179,18 +195,23 @@ async def main() -> int:
                 f"log of {events:,} events ({first:,} jobs), generated at"
                 f" {events / generated_s:,.0f} events/s through the store's batch append"
             )
-            if args.store == "sqlite":
-                raw_count, raw_s, raw_cpu = raw_read_sqlite(path)
-            else:
-                raw_count, raw_s, raw_cpu = raw_read_postgres(dsn)
-            raw = (raw_count / raw_s, raw_count / raw_cpu)
-            print(
-                f"  raw read of every event row ({args.store} driver, same run):"
-                f" {raw[0]:,.0f} rows/s, {raw[1]:,.0f} rows/CPU-s"
-                f" (this process's CPU only, not the server's)"
-            )
+            raws = {}
+            for order in ORDERS:
+                if args.store == "sqlite":
+                    raw_count, raw_s, raw_cpu = raw_read_sqlite(path, order)
+                else:
+                    raw_count, raw_s, raw_cpu = raw_read_postgres(dsn, order)
+                raws[order] = (raw_count / raw_s, raw_count / raw_cpu)
+                print(
+                    f"  raw read of every event row by {ORDERS[order]} ({args.store} driver,"
+                    f" same run): {raws[order][0]:,.0f} rows/s, {raws[order][1]:,.0f} rows/CPU-s"
+                    f" (this process's CPU only, not the server's)"
+                )
+            raw = raws["position"]  # the ratios' base: the log's own order
             for command in ("verify", "replay"):
                 print(measured(url, command, events, raw), flush=True)
+                if args.baseline_src:
+                    print(measured(url, command, events, raw, args.baseline_src), flush=True)
     finally:
         await store.close()
         if args.store == "postgres":

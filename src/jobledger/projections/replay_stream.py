@@ -25,7 +25,7 @@ from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job, JobState, apply_state
 from jobledger.projections.differences import EXTRA, Difference, compare_rows, differences
 from jobledger.projections.jobs import JOB_PREFIX
-from jobledger.projections.log import DEFAULT_PAGE, OnPage, pages
+from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
 from jobledger.projections.schedules import ScheduleApply, SchedulesFold
 from jobledger.storage.port import JobFilter, Store
 
@@ -155,18 +155,19 @@ class StreamedReplay:
         return [text for _, text in ordered] + self.schedules.problems
 
     async def run(self, on_page: OnPage | None = None) -> None:
-        # (the cyclic collector is left running, unlike the whole-log readers: what this
-        # holds is small, and paused it would keep each page's garbage cycles — futures
-        # of the reads — until the end, memory growing with the log)
+        # the cyclic collector paused: pages of events outlive a few young collections
+        # and would be promoted, then walked again by full collections (the reads make
+        # no garbage cycles: nothing accumulates; tests/unit/test_replay_memory.py)
         try:
-            async for events in stream_pages(self.store, page=self.page):
-                for job_id, row in self._feed(events):
-                    await self._compare(job_id, row)
-                if on_page is not None:
-                    on_page(len(events))
-            if self._job is not None:
-                await self._compare(self._job, self._row(self._state))
-            await self.live.take(None)  # the live rows after the last job stream
+            with collector_paused():
+                async for events in stream_pages(self.store, page=self.page):
+                    for job_id, row in self._feed(events):
+                        await self._compare(job_id, row)
+                    if on_page is not None:
+                        on_page(len(events))
+                if self._job is not None:
+                    await self._compare(self._job, self._row(self._state))
+                await self.live.take(None)  # the live rows after the last job stream
         finally:
             await self.live.close()
         if self.schedules.available:
