@@ -6,7 +6,9 @@ One pod runs idle; the bench enqueues one job (at-least-once unless `--mode`) pe
 transaction and measures from the end of the commit to the handler's first line. The
 baseline is the raw round trip the wake path rides on: LISTEN/NOTIFY between two
 psycopg connections (PostgreSQL), or an asyncio.Event set → wake (SQLite, whose wake-up
-is in-process). Prints p50/p99 and the engine/raw ratio.
+is in-process). Prints p50/p99 and the engine/raw ratio; on PostgreSQL also a raw
+one-row commit timed after each sample (the WAL flush an at-most-once mark must wait
+for) and the engine's share: the wake minus that flush.
 """
 
 from __future__ import annotations
