@@ -16,6 +16,8 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain.events import verify_chain
 from jobledger.domain.jobs import Change, Job
 from jobledger.engine import Engine
+from jobledger.reactors.commit import MAX_COMMIT_CHANGES
+from jobledger.reactors.runtime import Runtime
 from jobledger.storage.sqlite import SqliteStore
 from jobledger.storage.sqlite.writes import json_array
 from tests.contract.helpers import FAST, dispatch, enqueue, kill, register_targets, succeed
@@ -96,3 +98,9 @@ def test_json_array_refuses_what_json_would_not_carry_exactly() -> None:
         ).fetchall()
     conn.close()
     assert back == [tuple(row)]
+
+
+async def test_a_pod_on_sqlite_takes_the_stores_group_commit_size(engine: Engine) -> None:
+    assert SqliteStore.group_commit_changes > MAX_COMMIT_CHANGES
+    runtime = Runtime(engine, pod_id="pod-a")
+    assert runtime.committer._max_changes == SqliteStore.group_commit_changes

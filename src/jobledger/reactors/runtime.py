@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Lane
 from jobledger.reactors import gc_freeze
-from jobledger.reactors.commit import GroupCommitter
+from jobledger.reactors.commit import MAX_COMMIT_CHANGES, GroupCommitter
 from jobledger.reactors.fast_lane import FastLane
 from jobledger.reactors.leases import PartitionLeases, make_pod_id
 from jobledger.reactors.long_lane import LongLane
@@ -68,7 +68,9 @@ class Runtime:
         settings = engine.settings
         self.pauses = PauseMap(engine.clock, settings.probe_interval_s, engine.observers)
         self.outcomes = OutcomePath(engine, self.pauses)
-        self.committer = GroupCommitter(engine.store, engine.clock, self.pod)
+        # a store may ask for larger group commits (SQLite: docs/performance.md)
+        most = int(getattr(engine.store, "group_commit_changes", MAX_COMMIT_CHANGES))
+        self.committer = GroupCommitter(engine.store, engine.clock, self.pod, max_changes=most)
         self.fast = FastLane(engine, self.pod, self.outcomes, self.committer)
         self.long = LongLane(engine, self.pod, self.outcomes)
         self.leases = PartitionLeases(

@@ -50,6 +50,10 @@ from jobledger.storage.sqlite.writes import WritePath
 
 class SqliteStore(WritePath, Coordination, ReadModels, Store):
     name = "sqlite"
+    #: the changes one group commit of a pod takes (`reactors.commit`; 1,000 elsewhere):
+    #: a commit here re-writes every index page its rows touch, and each long step of it
+    #: waits for the GIL, so fewer, larger commits drain faster (docs/performance.md)
+    group_commit_changes = 3000
 
     def __init__(
         self,
