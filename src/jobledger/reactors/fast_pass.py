@@ -18,6 +18,7 @@ page is the one a read after the commit would have returned.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -27,6 +28,8 @@ from jobledger.domain.lanes import BatchPlan, TargetView, next_page_after, plan_
 
 if TYPE_CHECKING:
     from jobledger.reactors.fast_lane import FastLane
+
+logger = logging.getLogger("jobledger.fast_lane")
 
 #: prefixes of the buffer an at-most-once round plans on before the whole buffer
 _PREFIXES = (4, 32)
@@ -51,7 +54,8 @@ class PartitionPass:
         self._page_full = False
         self._need_read = True
         self._open = False
-        self._ahead_after: str | None = None  # where the page being read ahead starts
+        self._ahead: asyncio.Task[list[Job]] | None = None  # the next page, being read
+        self._ahead_after: str | None = None  # where it starts
         self.wake_at: datetime | None = None
         self.paused_seen: set[str] = set()
 
@@ -66,6 +70,7 @@ class PartitionPass:
 
     def finish(self) -> None:
         """End the pass: the next plan starts from the partition's first page."""
+        self.abandon_read_ahead()
         self._reset()
         self._open = False
 
@@ -130,33 +135,55 @@ class PartitionPass:
         self._need_read = False
         return True
 
-    def start_read_ahead(self, plan: BatchPlan | None) -> asyncio.Task[list[Job]] | None:
-        """The read of the next page, started now, when it is the pass's next step: the
+    def start_read_ahead(self, plan: BatchPlan | None) -> bool:
+        """Start reading the next page now, when that is the pass's next step: the
         buffer has nothing to run in the next round (`plan`, None for an empty buffer)
-        and the page was full. None when the next step is not a read."""
+        and the page was full. False when the next step is not a read."""
         if (plan is not None and plan.size) or self._need_read or not self._page_full:
-            return None
+            return False
         after = next_page_after(self._page_start, self._page, self.buffer)
         again = sum(1 for job in self._page if after is None or job.order_key > after)
         if again > len(self._page) // _AHEAD_AGAIN:
             # the next page starts inside this one (a key cut short at its end): read
             # early, it would return the rows of the round still uncommitted, again
-            return None
+            return False
         self._ahead_after = after
-        return asyncio.get_running_loop().create_task(self.read_page(after))
+        self._ahead = asyncio.get_running_loop().create_task(self.read_page(after))
+        return True
 
-    def take_read_ahead(self, page: list[Job], settled: Mapping[str, Job | None]) -> None:
-        """The page read ahead, once the round's commit is done. `settled` holds the
-        round's rows as the commit left them (None: gone from the queue, or no longer
-        ours to run): the read may have seen them before the commit."""
+    def abandon_read_ahead(self) -> None:
+        """Give the read-ahead up: cancel it, or collect what it raised (never unseen)."""
+        task, self._ahead = self._ahead, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled():
+            task.exception()
+
+    async def take_read_ahead(self, replaced: Mapping[str, Job], gone: set[str]) -> None:
+        """The page read ahead, once the round's commit is done, with the round's rows
+        as the commit left them (`replaced`: still open, now this row; `gone`: left the
+        queue, or lost to another writer): the read may have seen them before the
+        commit. A failed read is left to `next_plan`: it reads the page again."""
+        task = self._ahead
+        if task is None:
+            return
+        try:
+            page = await task
+        except asyncio.CancelledError:
+            self.abandon_read_ahead()
+            raise
+        except Exception:
+            self._ahead = None
+            logger.warning("partition %d: reading ahead failed", self.partition, exc_info=True)
+            return
+        self._ahead = None
         rows: list[Job] = []
         for job in page:
-            if job.id in settled:
-                now = settled[job.id]
-                if now is None:
-                    continue
-                job = now
-            rows.append(job)
+            if job.id in gone:
+                continue
+            rows.append(replaced.get(job.id, job))
         self._take_page(page, rows, self._ahead_after)
 
     def plan(self) -> BatchPlan:

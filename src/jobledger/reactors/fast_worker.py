@@ -352,13 +352,11 @@ class PartitionWorker:
                 changes.append(mark)
                 guarded.append(True)
         # nothing to run before the next page: read it while the outcomes commit
-        ahead = (
-            None if mark is not None or self.stopping else self.pass_.start_read_ahead(next_plan)
-        )
+        ahead = mark is None and not self.stopping and self.pass_.start_read_ahead(next_plan)
         try:
             flags = await lane.committer.commit(changes, guarded) if changes else []
         except BaseException:
-            _abandon(ahead)
+            self.pass_.abandon_read_ahead()
             self._unwritten = ran  # decided but not written: _recover writes them
             self._unreleased.extend(releases)
             raise
@@ -372,8 +370,8 @@ class PartitionWorker:
                 lost.add(release.stream.partition(":")[2])
         if lost:
             self.pass_.update({}, lost)
-        if ahead is not None:
-            await self._take_ahead(ahead, replaced, dropped | lost)
+        if ahead:
+            await self.pass_.take_read_ahead(replaced, dropped | lost)
         for item, ok in zip(ran, flags, strict=False):
             if not ok:
                 await lane.outcomes.record_lost(item.job, item.run, item.outcome, lane.pod)
@@ -381,31 +379,3 @@ class PartitionWorker:
             marked = await self._marked(next_plan.risky, mark, flags[-1])
             if marked is not None:
                 self._carried = (next_plan, marked)
-
-    async def _take_ahead(
-        self, ahead: asyncio.Task[list[Job]], replaced: dict[str, Job], gone: set[str]
-    ) -> None:
-        """The page read during the commit, with the round's rows as the commit left
-        them (`replaced`: still open, now this row; `gone`: left the queue, or lost to
-        another writer). A failed read is left to the pass: it reads the page again."""
-        try:
-            page = await ahead
-        except asyncio.CancelledError:
-            _abandon(ahead)
-            raise
-        except Exception:
-            logger.warning("partition %d: reading ahead failed", self.partition, exc_info=True)
-            return
-        settled: dict[str, Job | None] = dict(replaced)
-        settled.update(dict.fromkeys(gone))
-        self.pass_.take_read_ahead(page, settled)
-
-
-def _abandon(task: asyncio.Task[list[Job]] | None) -> None:
-    """Give up a read-ahead: cancel it, or collect what it raised (never left unseen)."""
-    if task is None:
-        return
-    if not task.done():
-        task.cancel()
-    elif not task.cancelled():
-        task.exception()
