@@ -96,6 +96,11 @@ async def test_a_single_enqueue_hands_its_row_to_the_feed(
         row = await pg.get_job(one.job_id or "")
         assert row is not None and wake.jobs == (row,)
         assert wake.partitions == frozenset({row.partition})
+        async with engine.transaction() as tx:  # headers, no payload
+            two = await engine.enqueue("kafka:m", None, tx=tx, key="h", headers={"a": "b"})
+        row = await pg.get_job(two.job_id or "")
+        assert row is not None and row.headers == {"a": "b"} and row.payload is None
+        assert (await next_wake(feed)).jobs == (row,)
         # several jobs in one call, a long-lane job, a payload past the NOTIFY limit:
         # the plain hint, and the lane reads
         async with engine.transaction() as tx:

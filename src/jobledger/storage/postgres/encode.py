@@ -142,7 +142,7 @@ def one_params(change: Change) -> list[Any]:
         *_first_event_columns(change, dumps),
         *row,
         job.order_key.encode(),
-        hint_payload(job),
+        hint_payload(job, row),
     ]
 
 

@@ -19,9 +19,12 @@ hint has it; the lease guard is the same. Refused, the lane reads as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from jobledger.domain.jobs import TRANSITION_FIELDS, Job, Lane
+import orjson
+
+from jobledger.domain.jobs import JOB_FIELDS, TRANSITION_FIELDS, Job, Lane
 from jobledger.storage.jsontext import json_bytes
 from jobledger.storage.postgres.sql_parts import (
     EVENT_INSERT,
@@ -88,16 +91,34 @@ def first_mark_params(job: Job) -> list[Any]:
     return [job.partition, job.order_key.encode(), job.target, job.version, job.version, job.id]
 
 
-def hint_payload(job: Job) -> str:
+#: the row's columns a statement takes as JSON text
+_JSON_COLUMNS = ("payload", "headers", "actor")
+
+
+def hint_payload(job: Job, values: Sequence[Any] | None = None) -> str:
     """The NOTIFY payload of a single enqueue (`listen.parse_wake` reads it): the
     partition and lane, and the fast-lane row itself when the payload stays under
-    PostgreSQL's limit."""
+    PostgreSQL's limit. `values`: the row as the enqueue statement takes it, if the
+    caller has it (`JOB_FIELDS` order, `job_to_dict`'s forms, the JSON columns as their
+    JSON text), so nothing is encoded twice."""
     plain = f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false'
     if job.lane != Lane.FAST:
         return plain + "}"
-    record = job_to_dict(job)
-    del record["order_key"]
-    row = json_bytes(record)
+    # the columns that are NULL are left out: `job_from_dict` reads them as None
+    if values is None:
+        record = job_to_dict(job)
+        del record["order_key"]
+        row = json_bytes({k: v for k, v in record.items() if v is not None})
+    else:
+        record = {k: v for k, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
+        for name in _JSON_COLUMNS:
+            text = record.get(name)
+            if text is not None:
+                record[name] = orjson.Fragment(text)
+        try:
+            row = orjson.dumps(record)
+        except orjson.JSONEncodeError:  # a lone surrogate in a text column
+            return plain + "}"
     if len(row) + len(plain) + 8 > MAX_NOTIFY:
         return plain + "}"
     return f'{plain},"j":[{row.decode()}]}}'
