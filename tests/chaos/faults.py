@@ -88,6 +88,8 @@ class Faults:
         self.spawned = 0
         self.names: dict[int, str] = {}  # pid -> pod id
         self.hits: list[FaultHit] = []
+        #: per broker restart: (generation, when v3's end-offset condition held, or None)
+        self.v3_settled: list[tuple[int, float | None]] = []
 
     def spawn(self) -> None:
         name = f"w{self.spawned}"
@@ -254,6 +256,9 @@ class Faults:
                 if time.monotonic() > deadline:
                     raise RuntimeError("workers did not stop on SIGSTOP within 10 s")
                 await asyncio.sleep(0.01)
+            # v3's condition first, as a measurement only (harness.v3_would_miss)
+            v3_at = await self.recorder.settled_by_end_offsets(10)
+            self.v3_settled.append((self.recorder.generation, v3_at))
             idle = self.proxy.produce_idle if self.proxy is not None else None
             if not await self.recorder.quiesced(60, idle):
                 raise RuntimeError("the topics did not settle / the recorder did not catch up")

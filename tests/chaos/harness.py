@@ -52,7 +52,7 @@ from jobledger.projections.replay import replay
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.urls import open_store
 from tests.chaos import app as chaos_app
-from tests.chaos.acks import AckIndex, load_acks
+from tests.chaos.acks import Ack, AckIndex, load_acks
 from tests.chaos.checks import analyse, check_offsets, read_trails
 from tests.chaos.evidence import keep_evidence
 from tests.chaos.faults import APP, WORKER_APP_NAME, Faults
@@ -242,6 +242,28 @@ async def run_chaos(config: Config) -> Summary:
     return summary
 
 
+def v3_would_miss(
+    summary: Summary,
+    settled: list[tuple[int, float | None]],
+    records: list[Delivered],
+    acks: list[Ack],
+) -> None:
+    """Issue 18, measured in every run: the records of a restarted broker generation that
+    the recorder read only after v3's end-offset condition held. v3 killed the broker
+    at that moment, so they would have been missing from the record; one acknowledged to
+    a worker would have been reported lost."""
+    acked = {(a.job, a.topic, a.partition, a.offset) for a in acks}
+    for generation, at in settled:
+        if at is None:
+            summary.v3_unsettled += 1
+            continue
+        late = [r for r in records if r.generation == generation and r.seen_at > at]
+        summary.v3_missed += len(late)
+        summary.v3_missed_acked += sum(
+            (r.event_id, r.topic, r.partition, r.offset) in acked for r in late
+        )
+
+
 def recovery_times(hits: list[FaultHit], records: list[Delivered]) -> dict[str, list[float]]:
     """For each fault, by kind: the time from its end to the next record read from the
     topics."""
@@ -316,6 +338,7 @@ async def _run(
                 faults.hits,
                 AckIndex(acks, recorder.records),
             )
+            v3_would_miss(summary, faults.v3_settled, recorder.records, acks)
             summary.recovery_s = recovery_times(faults.hits, recorder.records)
             report = await replay(store)
             summary.projection_diffs = len(report.differences) + len(report.problems)

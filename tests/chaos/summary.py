@@ -56,6 +56,12 @@ class Summary:
     acks_logged: int = 0  # records the workers logged as acknowledged (CHAOS_ACKS)
     acks_unread: int = 0  # acknowledged records not read at their offset
     fences: int = 0  # quiesce fence records the harness wrote (Recorder.quiesced)
+    # measured, not checked: records v3's end-offset quiesce would have lost to a broker
+    # restart (read only after it held), those acknowledged to a worker, and restarts
+    # where it never held within 10 s
+    v3_missed: int = 0
+    v3_missed_acked: int = 0
+    v3_unsettled: int = 0
     amo_duplicates: int = 0
     alo_duplicates: int = 0  # allowed: resends share event_id
     alo_undelivered: int = 0
@@ -142,6 +148,10 @@ class Summary:
             ("records acknowledged to the workers (ack log)", self.acks_logged),
             ("acknowledged records not read at their offset", self.acks_unread),
             ("quiesce fence records written", self.fences),
+            (
+                "v3 end-offset quiesce would have missed: records / acked / never held",
+                f"{self.v3_missed} / {self.v3_missed_acked} / {self.v3_unsettled}",
+            ),
             ("at-most-once duplicates", self.amo_duplicates),
             ("at-least-once duplicates (allowed)", self.alo_duplicates),
             ("at-least-once undelivered", self.alo_undelivered),

@@ -17,7 +17,7 @@ from tests.chaos import app
 from tests.chaos.acks import NO_ACK, NOT_READ, OVERWRITTEN, Ack, AckIndex, load_acks
 from tests.chaos.checks import JobTrail, analyse
 from tests.chaos.faults import Faults
-from tests.chaos.harness import Config, recovery_times
+from tests.chaos.harness import Config, recovery_times, v3_would_miss
 from tests.chaos.record import Delivered
 from tests.chaos.summary import FaultHit, Summary
 from tests.integration.test_multiprocess_lanes import Workers
@@ -293,3 +293,18 @@ def test_recovery_is_measured_per_fault_kind() -> None:
         "kill": [0.45, 0.2],  # each kill ends 50 ms after it starts
         "broker outage": [3.0],
     }
+
+
+def test_what_the_v3_quiesce_would_have_missed_is_measured() -> None:
+    """Records of a restarted generation read after v3's end-offset condition held are
+    counted (and those acknowledged to a worker); a restart where it never held too."""
+    t = base()["b1"]
+    early = dataclasses.replace(record("b1", t, 0), seen_at=10.0)
+    late = dataclasses.replace(record("b2", t, 1), seen_at=12.0)
+    unacked = dataclasses.replace(record("x", t, 2), seen_at=13.0)
+    other_generation = dataclasses.replace(late, generation=1)
+    acks = [Ack("b1", app.ALO_TOPIC, 0, 0), Ack("b2", app.ALO_TOPIC, 0, 1)]
+    summary = Summary("test")
+    v3_would_miss(summary, [(0, 11.0), (1, None)], [early, late, unacked, other_generation], acks)
+    assert (summary.v3_missed, summary.v3_missed_acked, summary.v3_unsettled) == (2, 1, 1)
+    assert summary.problems == []  # a measurement, not a check
