@@ -13,8 +13,8 @@ blocked in a synchronous wait for workers to stop) does not delay the brokered t
 
 It also counts Kafka frames (a 4-byte big-endian length, then the header: a request's
 api key, version and correlation id, a response's correlation id): `produce_idle()` is
-true when no client connection has a Produce request the broker has not answered, no
-frame half received and no bytes waiting in its socket. With every producer stopped
+true when no open connection has a whole Produce request received and not yet answered
+in whole, nor bytes waiting unread in its socket. With every producer stopped
 that is a condition for "every acknowledgement a worker can still receive is already
 on its way" (the broker-restart fault, `Recorder.quiesced`).
 """
@@ -39,12 +39,14 @@ PRODUCE = 0  # the Produce request's api key
 
 class Frames:
     """Splits one direction of a Kafka connection into frames, keeping only each frame's
-    first `header` bytes after the length (the rest is counted and skipped)."""
+    first `header` bytes after the length (the rest is counted and skipped); a frame's
+    header comes out once the whole frame has been received."""
 
     def __init__(self, header: int) -> None:
         self.header = header
         self.buf = bytearray()  # the length prefix and header of the frame being read
         self.skip = 0  # bytes of the current frame's body still to come
+        self.current = b""  # the header of the frame whose body is being skipped
 
     @property
     def partial(self) -> bool:
@@ -58,15 +60,19 @@ class Frames:
                 take = min(self.skip, n - i)
                 self.skip -= take
                 i += take
+                if not self.skip:
+                    out.append(self.current)
                 continue
             take = min(need - len(self.buf), n - i)
             self.buf += data[i : i + take]
             i += take
             if len(self.buf) == need:
                 size = int.from_bytes(self.buf[:4], "big")
-                out.append(bytes(self.buf[4:]))
+                self.current = bytes(self.buf[4:])
                 self.skip = max(size - self.header, 0)
                 self.buf.clear()
+                if not self.skip:
+                    out.append(self.current)
         return out
 
 
@@ -205,10 +211,9 @@ class LoopbackProxy:
     # --- on the proxy's loop --------------------------------------------------------
 
     async def _produce_idle(self) -> bool:
-        return not any(
-            side.produces or side.frames.partial or unread_bytes(side.transport)
-            for side in self.sides
-        )
+        # a request cut short (a worker stopped mid-write) cannot be answered: only whole
+        # Produce requests count, and bytes not read yet might complete one
+        return not any(side.produces or unread_bytes(side.transport) for side in self.sides)
 
     async def _up(self) -> None:
         if self._server is None:
