@@ -52,8 +52,9 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
     name = "sqlite"
     #: the changes one group commit of a pod takes (`reactors.commit`; 1,000 elsewhere):
     #: a commit here re-writes every index page its rows touch, and each long step of it
-    #: waits for the GIL, so fewer, larger commits drain faster (docs/performance.md)
-    group_commit_changes = 3000
+    #: waits for the GIL, so fewer, larger commits drain faster; larger still (3,000)
+    #: drained little more and stalled the loop longer (docs/performance.md)
+    group_commit_changes = 2000
 
     def __init__(
         self,
