@@ -62,3 +62,24 @@ async def test_the_replay_command_on_an_empty_store(capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "replayed 0 events up to position 0: 0 open jobs, 0 schedules" in out
     assert out.rstrip().endswith("read models match the log")
+
+
+async def test_a_stream_whose_positions_run_against_its_versions(clock: FakeClock) -> None:
+    """Replay folds each stream in its chain's (version) order; `--apply`'s rebuild reads
+    the log in position order, so it refuses a log edited that way, and says why."""
+    store = MemoryStore()
+    await generate(store, clock, jobs_count=8)
+    at = next(i for i, e in enumerate(store.log) if e.type == EventType.JOB_DISPATCHED)
+    dispatched = store.log[at]
+    first = next(i for i, e in enumerate(store.log) if e.stream == dispatched.stream)
+    enqueued = store.log[first]  # v1, earlier in the log: swap the two events' places
+    store.log[first] = replace(dispatched, position=enqueued.position)
+    store.log[at] = replace(enqueued, position=dispatched.position)
+    victim = next(iter(store.jobs.values()))
+    store.jobs[victim.id] = replace(victim, attempts=7)
+
+    report = await replay(store)
+    assert report.problems == [] and [d.field for d in report.differences] == ["attempts"]
+    applied = await replay(store, apply=True)
+    assert not applied.applied and store.jobs[victim.id].attempts == 7
+    assert applied.problems and "before JobEnqueued" in applied.problems[0]

@@ -159,23 +159,23 @@ async def replay(
     skipped events is not a better read model than the live one.
     """
     passed = await replay_streams(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
-    applied = False
-    if apply and passed.differences and not passed.problems:
-        rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
-        if not rebuilt.problems:
-            schedules: Sequence[Schedule] = (
-                list(rebuilt.schedules.rows.values())
-                if rebuilt.schedules.available
-                else await store.list_schedules()
-            )
-            jobs: Sequence[Job] = list(rebuilt.jobs.rows.values())
-            await store.replace_read_models(jobs, schedules)
-            applied = True
-            del rebuilt, jobs
-            passed = await replay_streams(
-                store, page=page, schedule_fold=schedule_fold, on_page=on_page
-            )
-    return _report(passed, applied)
+    if not (apply and passed.differences and not passed.problems):
+        return _report(passed, applied=False)
+    rebuilt = await rebuild(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
+    if rebuilt.problems:  # folded in position order the log is refused (an edited log): say so
+        report = _report(passed, applied=False)
+        report.problems = rebuilt.problems
+        return report
+    schedules: Sequence[Schedule] = (
+        list(rebuilt.schedules.rows.values())
+        if rebuilt.schedules.available
+        else await store.list_schedules()
+    )
+    jobs: Sequence[Job] = list(rebuilt.jobs.rows.values())
+    await store.replace_read_models(jobs, schedules)
+    del rebuilt, jobs
+    passed = await replay_streams(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
+    return _report(passed, applied=True)
 
 
 def _report(passed: StreamedReplay, applied: bool) -> ReplayReport:

@@ -8,8 +8,8 @@ job streams (`job:<id>`) come in id order, so the live jobs are read alongside b
 (`Store.list_jobs`' keyset paging, oldest id first) and the two are merged, a live row
 that no stream explains reported as it is passed. What is held is a page of events (and
 the one read ahead), a page of live rows (and the one read ahead) and the stream being
-folded, whatever the size of the log. Schedules (a
-handful, their table is read whole anyway) are folded by `SchedulesFold` as before.
+folded, whatever the size of the log. Schedules (a handful, their table is read whole
+anyway) are folded by `SchedulesFold` as before.
 
 A store without that read (`read_log_by_stream` returns None: the memory store,
 MongoDB) has its log read in position order and sorted in memory first.
