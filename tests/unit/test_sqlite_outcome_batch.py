@@ -104,3 +104,22 @@ async def test_a_pod_on_sqlite_takes_the_stores_group_commit_size(engine: Engine
     assert SqliteStore.group_commit_changes > MAX_COMMIT_CHANGES
     runtime = Runtime(engine, pod_id="pod-a")
     assert runtime.committer._max_changes == SqliteStore.group_commit_changes
+
+
+async def test_a_page_read_as_json_gives_back_every_value_exactly(engine: Engine) -> None:
+    """`fast_pending` reads its page as one JSON array: text with quotes, control and
+    non-BMP characters, JSON payloads and headers come back as stored."""
+    payload = {"text": AWKWARD, "n": 2**63 - 1, "f": 0.1, "list": [1, None]}
+    keys = [AWKWARD, "plain", "k2"]
+    jobs = [await enqueue(engine, FAST, payload, key=key, headers={"h": AWKWARD}) for key in keys]
+    store = engine.store
+    found = {
+        job.id: job
+        for partition in {j.partition for j in jobs}
+        for job in await store.fast_pending(partition, after_key=None, limit=100)
+    }
+    for job in jobs:
+        assert found[job.id] == job == await store.get_job(job.id)
+    for partition in {j.partition for j in jobs}:
+        page = await store.fast_pending(partition, after_key=None, limit=100)
+        assert page == sorted(page, key=lambda j: (j.order_key, j.version, j.id))
