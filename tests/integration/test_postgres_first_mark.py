@@ -6,6 +6,7 @@ of its chain, lease held, row unchanged — with its event in the log's hash cha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -246,3 +247,33 @@ async def test_the_wake_connection_is_reused_replaced_when_terminated_and_shared
         pg.mark_first(mark(jobs[3], clock), guard), pg.mark_first(mark(jobs[4], clock), guard)
     )
     assert list(both) == [True, True] and wake.connects == 2
+
+
+async def test_a_stale_handed_over_row_is_not_sent_again_and_the_lease_is_kept(
+    pg: PostgresStore, clock: FakeClock
+) -> None:
+    """A row handed over after it was sent (a late or replayed hint): the first mark's
+    compare-and-set refuses it, the worker reads its partition instead, sends nothing,
+    and does not take the refusal for a lost lease."""
+    engine = Engine(pg, clock=clock, settings=Settings(partitions=pg.partitions))
+    rec = Recorder()
+    engine.targets.register("kafka:m", "fast", rec)
+    runtime = Runtime(engine, pod_id=POD)
+    await runtime.start()
+    try:
+        await until(lambda: len(runtime.fast.workers) == 64)
+        async with engine.transaction() as tx:
+            done = await engine.enqueue("kafka:m", {"n": 1}, tx=tx, key="a")
+        await until(lambda: _closed(pg, done.job_id or ""))
+        sent = rec.calls[0]
+        worker = runtime.fast.workers[sent.partition]
+        await until(lambda: worker.idle)
+        stale = dataclasses.replace(sent, inflight_token=None, claimed_by=None, stream_version=1)
+        pages = len(runtime.fast.stats.pages)
+        runtime.fast.wake([sent.partition], [stale])
+        await until(lambda: len(runtime.fast.stats.pages) > pages and worker.idle)
+        assert len(rec.calls) == 1
+        assert not worker.lost and runtime.fast.workers.get(sent.partition) is worker
+        assert runtime.fast.stats.marks_refused == 0
+    finally:
+        await runtime.stop()
