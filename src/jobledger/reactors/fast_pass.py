@@ -77,7 +77,7 @@ class PartitionPass:
     def seed(self, rows: list[Job]) -> None:
         """Start a pass on `rows` a wake-up handed over instead of a read: its only page,
         not full, so the pass ends when they are done (the next one reads). Only a mark
-        through `Store.mark_first` may send from it (`fast_wake`)."""
+        through `Store.mark_first` may send from it (`PartitionWorker._hinted_round`)."""
         self.finish()
         self._open = True
         self.wake_at = None
