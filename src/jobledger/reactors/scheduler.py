@@ -40,7 +40,7 @@ from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
 from jobledger.domain.timeutil import at_ms
 from jobledger.reactors.schedule_commands import CAS_RETRIES, ScheduleCommands
 from jobledger.reactors.waiting import wait_for
-from jobledger.storage.port import JobFilter
+from jobledger.storage.port import JobFilter, Wake
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -359,11 +359,16 @@ class Scheduler(ScheduleCommands):
             # still due right after a tick: a write keeps failing; do not spin
             await wait_for(self._wake, self.clock, delay or MIN_RETICK_S)
 
+    def _on_wake(self, wake: Wake) -> None:
+        if wake.schedules:
+            self._wake.set()
+
     async def _watch_feed(self) -> None:
         try:
-            async for wake in self.store.feed():
-                if wake.schedules:
-                    self._wake.set()
+            feed = self.store.feed()
+            feed.on_wake = self._on_wake  # as published: no task woken per wake-up
+            async for wake in feed:
+                self._on_wake(wake)
         except asyncio.CancelledError:
             raise
         except Exception:

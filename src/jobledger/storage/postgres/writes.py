@@ -96,7 +96,7 @@ class WritePath(PgBase):
         params[at:at] = first_mark_params(change.row)
         wake = self._wake.connection(self.pool)
         async with wake as conn, conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(self.sql.first_mark, params)
+            await cur.execute(self.sql.first_mark, params, prepare=True)
             return await cur.fetchone() is not None
 
     async def _apply_on(
