@@ -10,11 +10,12 @@ partition):
   offset given twice, no acknowledged record overwritten);
 * ListOffsets(latest) is *not* the high watermark: it is one past the first offset of
   the partition's last batch (a batch of 5 at 3..7 reports 4);
-* a fetch may not return a partition's last acknowledged records at all until a later
-  write to the partition (seen in 2 of 300 rounds of 3 producers, still unreadable 3 s
-  later, readable after the next write). The slow test shows the property the harness
-  relies on instead (tests/chaos/record.py, `Recorder.quiesced`): after one more write
-  (a fence) is acknowledged, every record acknowledged before it is read back.
+* a fetch may not return a partition's last acknowledged records for up to ~5 s (tansu's
+  metadata cache retention), unless the partition is written again: a few rounds in a
+  thousand with 3 producers (docs/reliability.md, "Issue 18"). The slow test shows the
+  property the harness relies on instead (tests/chaos/record.py, `Recorder.quiesced`):
+  after one more write (a fence) is acknowledged, every record acknowledged before it is
+  read back.
 """
 
 from __future__ import annotations
