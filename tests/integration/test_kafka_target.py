@@ -70,6 +70,7 @@ async def make_target() -> AsyncIterator[Any]:
             connect_timeout_s=kwargs.pop("connect_timeout_s", 1.0),
             request_timeout_s=kwargs.pop("request_timeout_s", 1.5),
             max_request_size=kwargs.pop("max_request_size", 1_048_576),
+            max_batch_size=kwargs.pop("max_batch_size", 262_144),
         )
         target = KafkaTarget(options, **kwargs)
         made.append(target)
@@ -269,6 +270,7 @@ async def test_warm_sends_skip_the_send_coroutine_and_land_where_aiokafka_puts_t
     keys = [f"DO-{n:03d}" for n in range(40)]
     await asyncio.gather(*(run(target, make_job("spread", {"k": key}, key=key)) for key in keys))
     assert slow == []
+    assert target._appender._direct is True  # and batches appended to inline
     records = await consume(tansu.bootstrap, "spread", 41)
     default = DefaultPartitioner()
     assert len(records) == 41
@@ -277,6 +279,39 @@ async def test_warm_sends_skip_the_send_coroutine_and_land_where_aiokafka_puts_t
         if record.key != b"warm":
             assert json.loads(record.value) == {"k": record.key.decode()}
             assert set(dict(record.headers)) == {"event_id", "traceparent", "trace_id"}
+
+
+async def test_a_full_batch_on_a_warm_producer_takes_send_and_loses_nothing(
+    tansu: Tansu, make_target: Any
+) -> None:
+    """The inline append closes a batch that has no room and the record takes `send`
+    (which waits for a new batch): every record arrives once, each key's in order."""
+    await create_topic(tansu.bootstrap, "small-batches", 1)
+    target = make_target(tansu.bootstrap, max_batch_size=1024)
+    await run(target, make_job("small-batches", {"warm": True}, key="warm"))
+    producer = target._producer
+    sent = producer.send
+    slow = []
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        slow.append(args)
+        return await sent(*args, **kwargs)
+
+    producer.send = counting
+
+    async def versions(key: str) -> None:
+        for version in range(3):
+            await run(target, make_job("small-batches", {"v": version, "pad": "x" * 80}, key=key))
+
+    await asyncio.gather(*(versions(f"DO-{n:03d}") for n in range(30)))
+    assert slow  # some records found their batch full
+    assert target._appender._direct is True
+    records = await consume(tansu.bootstrap, "small-batches", 91)
+    assert len(records) == 91
+    seen: dict[bytes, list[int]] = {}
+    for record in records[1:]:
+        seen.setdefault(record.key, []).append(json.loads(record.value)["v"])
+    assert seen == {f"DO-{n:03d}".encode(): [0, 1, 2] for n in range(30)}
 
 
 async def test_an_oversize_record_on_a_warm_producer_is_dead_now(

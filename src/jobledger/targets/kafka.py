@@ -221,13 +221,18 @@ class KafkaTarget:
             if appender is None or self._stopped
             else appender.append(topic, key, value, headers)
         )
-        try:
-            if appender is None or queued is None:
+        if appender is None or queued is None:
+            try:
                 acked = await self.send(Record(topic, key, value, tuple(headers)))
-            else:
-                acked = await self._delivered(appender.producer, queued)
-        except SendFailed as failed:
-            raise signal_for(failed.failure, topic, failed.cause) from failed.cause
+            except SendFailed as failed:
+                raise signal_for(failed.failure, topic, failed.cause) from failed.cause
+        else:
+            try:
+                acked = await queued  # `_delivered` inline: no coroutine per record
+            except Exception as exc:
+                failure = classify(exc, Phase.DELIVERY)
+                self._after_failure(appender.producer, failure)
+                raise signal_for(failure, topic, exc) from exc
         if self.on_ack is not None:
             self.on_ack(job, acked)
 

@@ -17,7 +17,10 @@ a topic's dict, so a route cached on that dict's identity is never stale),
 `_message_accumulator` (`_batches`, `_closed`, `_exception`, `create_builder`,
 `_append_batch`, `MessageBatch.append`), `_max_request_size`, `_partitioner`,
 `_txn_manager` (must be None: no transactions, no idempotence), and no key or value
-serializer.
+serializer. `MessageBatch.append` and the `BatchBuilder.append` under it (two Python
+frames per record) are done inline too — the record builder's `append`, the builder's
+`_relative_offset` and `close`, the batch's `_msg_futures` — once the producer's first
+batch showed those classes and fields (`_appendable`); else through `MessageBatch.append`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from aiokafka.producer.message_accumulator import BatchBuilder, MessageBatch
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import TopicPartition
 
@@ -39,6 +43,7 @@ class Appender:
         "_accumulator",
         "_batches",
         "_create_future",
+        "_direct",
         "_hash",
         "_limit",
         "_partitions",
@@ -59,6 +64,8 @@ class Appender:
         self._limit: int = producer._max_request_size
         self._hash = key_hash
         self._create_future = create_future
+        # whether batches are appended to inline (`_appendable`): known at the first one
+        self._direct: bool | None = None
         # topic → (its partition metadata dict, the TopicPartition of each index)
         self._routes: dict[str, tuple[dict[int, Any], list[TopicPartition]]] = {}
 
@@ -114,7 +121,43 @@ class Appender:
             batch = pending[-1]
         else:
             batch = accumulator._append_batch(accumulator.create_builder(), tp)
-        future: asyncio.Future[Any] | None = batch.append(
-            key, value, None, _create_future=self._create_future, headers=headers
+        direct = self._direct
+        if direct is None:
+            direct = self._direct = _appendable(batch)
+        if not direct:
+            future: asyncio.Future[Any] | None = batch.append(
+                key, value, None, _create_future=self._create_future, headers=headers
+            )
+            return future  # None: the batch is full, `send` waits for room
+        # `MessageBatch.append` → `BatchBuilder.append` → the record builder, inline
+        builder = batch._builder
+        if builder._closed:
+            return None
+        metadata = builder._builder.append(builder._relative_offset, None, key, value, headers)
+        if metadata is None:  # the batch is full: closed, `send` waits for room
+            builder.close()
+            return None
+        builder._relative_offset += 1
+        future = self._create_future()
+        batch._msg_futures.append((future, metadata))
+        return future
+
+
+def _appendable(batch: Any) -> bool:
+    """Whether `batch` is the `MessageBatch` (of a `BatchBuilder` without serializers)
+    whose `append` `Appender.append` does inline; checked on a producer's first batch."""
+    try:
+        builder = batch._builder
+        return (
+            type(batch) is MessageBatch
+            and type(builder) is BatchBuilder
+            and isinstance(batch._msg_futures, list)
+            and isinstance(builder._closed, bool)
+            and isinstance(builder._relative_offset, int)
+            and builder._key_serializer is None
+            and builder._value_serializer is None
+            and callable(builder.close)
+            and callable(builder._builder.append)
         )
-        return future  # None: the batch is full, `send` waits for room
+    except AttributeError:
+        return False

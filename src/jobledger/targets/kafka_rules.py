@@ -250,14 +250,27 @@ def record_parts(
     value = encode_value(job.payload)
     if key is None and value is None:
         raise InvalidRecord("a Kafka record needs a key or a value: the job has neither")
-    headers = {"event_id": job.id, **job.headers} if job.headers else {"event_id": job.id}
+    extra = job.headers
     traceparent = ctx.traceparent or job.traceparent
     trace_id = ctx.trace_id or job.trace_id
+    # the common forms without a merged dict: no headers of the job's own, or only its
+    # own `event_id` (what the dict below comes to in those cases, in the same order)
+    if not extra:
+        parts = [("event_id", job.id.encode("utf-8"))]
+    elif len(extra) == 1 and "event_id" in extra:
+        parts = [("event_id", extra["event_id"].encode("utf-8"))]
+    else:
+        headers = {"event_id": job.id, **extra}
+        if traceparent:
+            headers["traceparent"] = traceparent
+        if trace_id:
+            headers["trace_id"] = trace_id
+        return key, value, [(name, text.encode("utf-8")) for name, text in headers.items()]
     if traceparent:
-        headers["traceparent"] = traceparent
+        parts.append(("traceparent", traceparent.encode("utf-8")))
     if trace_id:
-        headers["trace_id"] = trace_id
-    return key, value, [(name, text.encode("utf-8")) for name, text in headers.items()]
+        parts.append(("trace_id", trace_id.encode("utf-8")))
+    return key, value, parts
 
 
 # --- how a failed send ends -------------------------------------------------------------
