@@ -171,6 +171,7 @@ class KafkaTarget:
         self.events = {event.event: event for event in events}
         self.topic_overrides = check_overrides(events, topic_overrides or {})
         self._producer: Any = None
+        self._topics: dict[str, str] = {}  # target name → topic (`topic_for` without overrides)
         self._appender: Appender | None = None  # the no-wait path of `_producer`'s send
         self._lock = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
@@ -209,7 +210,13 @@ class KafkaTarget:
         """Send `job`; raise the handler signal of its failure class (reference §4)."""
         if not self.enabled:
             raise TargetUnreachable("kafka is disabled (kafka_enabled=off): nothing sent")
-        topic = topic_for(job, self.events, self.topic_overrides)
+        overrides = self.topic_overrides
+        # no overrides: the topic is the target's own, remembered per target name
+        topic = None if overrides else self._topics.get(job.target)
+        if topic is None:
+            topic = topic_for(job, self.events, overrides)
+            if not overrides and len(self._topics) < 4096:
+                self._topics[job.target] = topic
         try:
             key, value, headers = record_parts(job, context.current())
         except InvalidRecord as exc:
