@@ -221,9 +221,34 @@ def encode_value(payload: Any) -> bytes | None:
         value = orjson.dumps(payload, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
         return _stdlib_json(payload)
+    # a small payload of no floats (the common case) skips the scan of its text
+    if len(value) <= _WALKED and _no_floats(payload):
+        return value
     if _NULL in value or _FLOAT.search(value):
         return _stdlib_json(payload)
     return value
+
+
+#: payloads up to this many bytes of JSON are checked by their types (`_no_floats`), not
+#: their text: the walk of a small one costs less than the regular expression's scan
+_WALKED = 512
+
+
+def _no_floats(payload: Any) -> bool:
+    """Whether `payload` is built of exact `dict`, `list`, `str`, `int`, `bool` and None
+    only: then orjson's text is the standard library's (a `null` in it is a None, which
+    both write so; no float, NaN or infinity)."""
+    kind = type(payload)
+    if kind is dict or kind is list:
+        for item in payload.values() if kind is dict else payload:
+            item_kind = type(item)
+            if item_kind is str or item_kind is int or item_kind is bool or item is None:
+                continue
+            if (item_kind is dict or item_kind is list) and _no_floats(item):
+                continue
+            return False
+        return True
+    return kind is str or kind is int or kind is bool
 
 
 def _stdlib_json(payload: Any) -> bytes:
