@@ -15,14 +15,13 @@ from jobledger.core.ids import new_id
 from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.errors import ConfigError, DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane, NewJob, Stamp
+from jobledger.targets.kafka_record import InvalidRecord, build_record
 from jobledger.targets.kafka_rules import (
-    InvalidRecord,
     KafkaAnswered,
     KafkaEvent,
     KafkaFailure,
     Phase,
     TopicTarget,
-    build_record,
     check_overrides,
     classify,
     parse_target_topics,

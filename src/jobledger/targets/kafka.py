@@ -40,16 +40,14 @@ from jobledger.core import context
 from jobledger.domain.errors import ConfigError, DeadNow, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane
 from jobledger.targets.kafka_append import Appender
+from jobledger.targets.kafka_record import InvalidRecord, Record, record_parts
 from jobledger.targets.kafka_rules import (
-    InvalidRecord,
     KafkaEvent,
     KafkaFailure,
     Phase,
-    Record,
     check_overrides,
     classify,
     plan_targets,
-    record_parts,
     signal_for,
     topic_for,
 )
