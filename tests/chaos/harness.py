@@ -371,6 +371,21 @@ async def _run(
 
 async def report_open(summary: Summary, store: Store, config: Config) -> None:
     summary.problem(f"not drained within {config.drain_timeout_s:.0f}s")
+    # who holds the open rows' partitions now (the dump is taken after every pod
+    # released its leases on SIGTERM, so only this snapshot shows a stuck owner)
+    now = datetime.now(UTC)
+    open_partitions = {
+        job.partition
+        for job in await store.all_jobs()
+        if job.status != JobStatus.DEAD and job.target.startswith("kafka:")
+    }
+    live = set(await store.live_workers(now - timedelta(seconds=30)))
+    for lease in await store.leases():
+        if lease.partition in open_partitions:
+            summary.problem(
+                f"lease of open partition {lease.partition}: owner={lease.owner}"
+                f" (live={lease.owner in live}) until={lease.lease_until}"
+            )
     for job in await store.all_jobs():
         if job.status != JobStatus.DEAD and job.target.startswith("kafka:"):
             summary.problem(
