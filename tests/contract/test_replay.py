@@ -29,7 +29,7 @@ from jobledger.projections.replay import (
 )
 from jobledger.projections.schedules import schedule_apply
 from jobledger.storage.port import Store
-from tests.contract.test_replay_workload import EVENTS_PER_CYCLE, generate
+from tests.contract.test_replay_workload import EVENTS_PER_CYCLE, generate, tamper_job_rows
 
 
 @pytest.mark.slow
@@ -106,20 +106,8 @@ async def test_a_tampered_read_model_is_reported_and_apply_repairs_it(
 async def test_the_paged_job_comparison_reports_what_the_whole_one_does(
     store: Store, clock: FakeClock
 ) -> None:
-    await generate(store, clock, jobs_count=48)
-    live = await store.all_jobs()
-    by_status = {status: [j for j in live if j.status == status] for status in JobStatus}
-    edited = {by_status[JobStatus.DEAD][0].id, by_status[JobStatus.PENDING][1].id}
-    dropped = {by_status[JobStatus.RUNNING][0].id, by_status[JobStatus.PENDING][0].id}
-    ghosts = [
-        replace(by_status[JobStatus.PENDING][2], id=c * 32, dedupe_key=f"ghost{c}") for c in "0f"
-    ]  # ids before and after every real one
-    tampered = [
-        replace(j, attempts=j.attempts + 1, last_error="edited") if j.id in edited else j
-        for j in live
-        if j.id not in dropped
-    ] + ghosts
-    await store.replace_read_models(tampered, await store.list_schedules())
+    damage = await tamper_job_rows(store, clock, "0f")  # ids before and after every real one
+    dropped, ghosts, edited = damage.dropped, damage.ghosts, damage.edited
 
     rebuilt = await rebuild(store)
     whole = compare_rows("jobs", {j.id: j for j in await store.all_jobs()}, rebuilt.jobs.rows)

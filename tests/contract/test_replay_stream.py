@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain.jobs import JobStatus
 from jobledger.projections.replay import compare_rows, rebuild
 from jobledger.projections.replay_stream import FIRST, replay_streams, stream_pages
 from jobledger.storage.port import Store
-from tests.contract.test_replay_workload import generate
+from tests.contract.test_replay_workload import generate, tamper_job_rows
 
 
 async def test_the_log_by_stream_is_every_event_in_stream_and_version_order(
@@ -34,23 +33,11 @@ async def test_the_log_by_stream_is_every_event_in_stream_and_version_order(
 async def test_streamed_differences_are_the_whole_comparisons_for_any_page(
     store: Store, clock: FakeClock
 ) -> None:
-    await generate(store, clock, jobs_count=48)
-    live = await store.all_jobs()
-    by_status = {status: [j for j in live if j.status == status] for status in JobStatus}
-    edited = {by_status[JobStatus.DEAD][0].id, by_status[JobStatus.PENDING][1].id}
-    dropped = {by_status[JobStatus.RUNNING][0].id, by_status[JobStatus.PENDING][0].id}
-    pending = by_status[JobStatus.PENDING][2]
-    ghosts = [replace(pending, id=c * 32, dedupe_key=f"ghost{c}") for c in "08f"]
-    tampered = [
-        replace(j, attempts=j.attempts + 1, last_error="edited") if j.id in edited else j
-        for j in live
-        if j.id not in dropped
-    ] + ghosts  # extra rows before, between and after the real ones
-    await store.replace_read_models(tampered, await store.list_schedules())
+    damage = await tamper_job_rows(store, clock, "08f")
 
     rebuilt = await rebuild(store)
     whole = compare_rows("jobs", {j.id: j for j in await store.all_jobs()}, rebuilt.jobs.rows)
-    assert len(whole) == 2 * 2 + len(dropped) + len(ghosts)
+    assert len(whole) == 2 * 2 + len(damage.dropped) + len(damage.ghosts)
     for page in (1, 3, 1000):
         streamed = await replay_streams(store, page=page)
         assert streamed.differences == whole

@@ -19,13 +19,13 @@ That is 4 events per job on average. This module has no tests of its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
-from jobledger.domain.jobs import Change, DeliveryMode, Job, NewJob, Stamp
+from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, NewJob, Stamp
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
 
@@ -182,3 +182,33 @@ async def generate(
             if hasattr(result, "__await__"):
                 await result
     return Workload(jobs_count, events, rows)
+
+
+@dataclass(frozen=True)
+class Tampered:
+    """What `tamper_job_rows` did to the jobs read model."""
+
+    edited: set[str]  # rows whose attempts and last error were changed
+    dropped: set[str]  # rows removed
+    ghosts: list[Job]  # rows no stream explains
+
+
+async def tamper_job_rows(store: Store, clock: FakeClock, ghost_ids: str) -> Tampered:
+    """`generate` 48 jobs, then damage the live jobs rows: two edited (a DEAD and a
+    PENDING one), two dropped (a RUNNING and a PENDING one), and one ghost per character
+    of `ghost_ids` (its id that character 32 times: before, between or after the real
+    ids). What a replay must report, page by page, as the whole comparison does."""
+    await generate(store, clock, jobs_count=48)
+    live = await store.all_jobs()
+    by_status = {status: [j for j in live if j.status == status] for status in JobStatus}
+    edited = {by_status[JobStatus.DEAD][0].id, by_status[JobStatus.PENDING][1].id}
+    dropped = {by_status[JobStatus.RUNNING][0].id, by_status[JobStatus.PENDING][0].id}
+    pending = by_status[JobStatus.PENDING][2]
+    ghosts = [replace(pending, id=c * 32, dedupe_key=f"ghost{c}") for c in ghost_ids]
+    tampered = [
+        replace(j, attempts=j.attempts + 1, last_error="edited") if j.id in edited else j
+        for j in live
+        if j.id not in dropped
+    ] + ghosts
+    await store.replace_read_models(tampered, await store.list_schedules())
+    return Tampered(edited, dropped, ghosts)

@@ -59,6 +59,19 @@ async def run(target: KafkaTarget, job: Job) -> None:
         await target(job)
 
 
+def count_sends(producer: Any) -> list[Any]:
+    """Wrap `producer.send` so each call that takes it (the cold path) is recorded."""
+    sent = producer.send
+    calls: list[Any] = []
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return await sent(*args, **kwargs)
+
+    producer.send = counting
+    return calls
+
+
 @pytest.fixture
 async def make_target() -> AsyncIterator[Any]:
     """Build KafkaTargets with short timeouts; every one is stopped afterwards."""
@@ -258,15 +271,7 @@ async def test_warm_sends_skip_the_send_coroutine_and_land_where_aiokafka_puts_t
     target = make_target(tansu.bootstrap)
     await run(target, make_job("spread", {"warm": True}, key="warm"))
     assert target._appender is not None
-    producer = target._producer
-    sent = producer.send
-    slow = []
-
-    async def counting(*args: Any, **kwargs: Any) -> Any:
-        slow.append(args)
-        return await sent(*args, **kwargs)
-
-    producer.send = counting
+    slow = count_sends(target._producer)
     keys = [f"DO-{n:03d}" for n in range(40)]
     await asyncio.gather(*(run(target, make_job("spread", {"k": key}, key=key)) for key in keys))
     assert slow == []
@@ -289,15 +294,7 @@ async def test_a_full_batch_on_a_warm_producer_takes_send_and_loses_nothing(
     await create_topic(tansu.bootstrap, "small-batches", 1)
     target = make_target(tansu.bootstrap, max_batch_size=1024)
     await run(target, make_job("small-batches", {"warm": True}, key="warm"))
-    producer = target._producer
-    sent = producer.send
-    slow = []
-
-    async def counting(*args: Any, **kwargs: Any) -> Any:
-        slow.append(args)
-        return await sent(*args, **kwargs)
-
-    producer.send = counting
+    slow = count_sends(target._producer)
 
     async def versions(key: str) -> None:
         for version in range(3):
