@@ -178,9 +178,9 @@ async def generate(
                 else:
                     rows[job_id] = change.row
         if after_round is not None:
-            result = after_round(round_no)
-            if hasattr(result, "__await__"):
-                await result
+            returned = after_round(round_no)
+            if hasattr(returned, "__await__"):
+                await returned
     return Workload(jobs_count, events, rows)
 
 
