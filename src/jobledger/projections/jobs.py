@@ -31,16 +31,18 @@ class JobsFold:
         try:
             row = jobs.apply(self.rows.get(job_id), event)
         except (ValueError, KeyError) as exc:
-            self.problems.append(f"{_where(event)}: cannot fold: {exc}")
+            self.problems.append(f"{where_in_log(event)}: cannot fold: {exc}")
             return
         if row is None:
             self.rows.pop(job_id, None)
         else:
             if row.id != job_id:
-                self.problems.append(f"{_where(event)}: row id {row.id} does not match the stream")
+                self.problems.append(
+                    f"{where_in_log(event)}: row id {row.id} does not match the stream"
+                )
             self.rows[job_id] = row
 
 
-def _where(event: Event) -> str:
+def where_in_log(event: Event) -> str:
     """An event as a problem names it (built only when there is a problem)."""
     return f"{event.stream} v{event.version} {event.type} (position {event.position})"

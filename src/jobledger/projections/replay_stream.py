@@ -24,7 +24,7 @@ from typing import TypeVar
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job, JobState, apply_state
 from jobledger.projections.differences import EXTRA, Difference, compare_rows, differences
-from jobledger.projections.jobs import JOB_PREFIX
+from jobledger.projections.jobs import JOB_PREFIX, where_in_log
 from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
 from jobledger.projections.schedules import ScheduleApply, SchedulesFold
 from jobledger.storage.port import JobFilter, Store
@@ -221,10 +221,12 @@ class StreamedReplay:
                 try:
                     state = apply_state(state, event)
                 except (ValueError, KeyError) as exc:
-                    problems.append((event.position or 0, f"{_where(event)}: cannot fold: {exc}"))
+                    problems.append(
+                        (event.position or 0, f"{where_in_log(event)}: cannot fold: {exc}")
+                    )
                     continue
                 if state is not None and state["id"] != job:
-                    text = f"{_where(event)}: row id {state['id']} does not match the stream"
+                    text = f"{where_in_log(event)}: row id {state['id']} does not match the stream"
                     problems.append((event.position or 0, text))
             elif schedules.handles(event):
                 schedules.feed(event)
@@ -235,11 +237,6 @@ class StreamedReplay:
         self.events += len(events)
         self.position = position
         return ended
-
-
-def _where(event: Event) -> str:
-    """An event as a problem names it (as `JobsFold` does)."""
-    return f"{event.stream} v{event.version} {event.type} (position {event.position})"
 
 
 async def replay_streams(

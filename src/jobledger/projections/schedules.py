@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from jobledger.domain.events import Event
 from jobledger.domain.schedule_row import Schedule
+from jobledger.projections.jobs import where_in_log
 
 SCHEDULE_PREFIX = "schedule:"
 SCHEDULE_MODULE = "jobledger.domain.schedules"
@@ -53,7 +54,7 @@ class SchedulesFold:
             self.unfolded += 1
             return
         code = event.stream[len(SCHEDULE_PREFIX) :]
-        where = f"{event.stream} v{event.version} {event.type} (position {event.position})"
+        where = where_in_log(event)
         try:
             row = self.fold(self.rows.get(code), event)
         except (ValueError, KeyError) as exc:
