@@ -141,16 +141,24 @@ class FastLane:
         self.wake(pending)
 
     async def renewed(self, partitions: Iterable[int], until: datetime) -> None:
+        """Extend the workers' leases, and start a worker for every held partition that
+        has none running: a takeover that met a dropped connection (its read or its write
+        failed after the take committed), or a worker that stopped on its own clock while
+        the store kept the lease. A held partition is served or released, never held
+        idle: its lease keeps every other pod away (docs/reliability.md, issue 18)."""
+        start: list[int] = []
         for partition in partitions:
             worker = self.workers.get(partition)
-            if worker is None:
+            if worker is not None and not worker.lost:
+                worker.lease_until = until
                 continue
-            worker.lease_until = until
-            if worker.lost:
-                # it stopped on its own clock, yet the store kept the lease: start afresh
+            if worker is not None:
                 self.workers.pop(partition, None)
                 await worker.join()
-                await self.acquired([partition], until)
+            start.append(partition)
+        if start:
+            logger.warning("partitions %s held without a worker: starting them", start)
+            await self.acquired(start, until)
 
     async def lost(self, partition: int) -> None:
         worker = self.workers.pop(partition, None)

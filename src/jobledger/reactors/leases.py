@@ -119,9 +119,12 @@ class PartitionLeases:
         live.add(self.pod)
         counts = dict.fromkeys(live, 0)
         free: list[int] = []
+        adopt: list[int] = []  # ours in the store, unknown here: a take whose answer was lost
         for lease in beat.leases:
             expired = lease.lease_until is None or lease.lease_until <= now
-            if lease.owner is None or expired:
+            if lease.owner == self.pod and not expired and lease.partition not in self.owned:
+                adopt.append(lease.partition)
+            elif lease.owner is None or expired:
                 if lease.partition not in self.owned:
                     free.append(lease.partition)
             elif lease.owner in counts:
@@ -131,14 +134,17 @@ class PartitionLeases:
         target = share_target(len(live), others, mine, self.partitions)
         if mine < target:
             self._rng.shuffle(free)
+            free = adopt + free
             taken: list[int] = []
-            while free and len(self.owned) < target:
-                ask, free = free[: target - len(self.owned)], free[target - len(self.owned) :]
-                for partition in await self.store.take_partitions(ask, self.pod, now, until):
-                    self.owned[partition] = until
-                    taken.append(partition)
-            if taken:
-                await self.listener.acquired(sorted(taken), until)
+            try:
+                while free and len(self.owned) < target:
+                    ask, free = free[: target - len(self.owned)], free[target - len(self.owned) :]
+                    for partition in await self.store.take_partitions(ask, self.pod, now, until):
+                        self.owned[partition] = until
+                        taken.append(partition)
+            finally:  # a slice that failed does not hide the slices taken before it
+                if taken:
+                    await self.listener.acquired(sorted(taken), until)
         elif mine > target:
             for partition in sorted(self.owned, reverse=True):
                 if len(self.owned) <= target:
@@ -148,6 +154,9 @@ class PartitionLeases:
                 await self.listener.release(partition)
                 await self.store.release_partitions(self.pod, [partition])
                 self.owned.pop(partition, None)
+        unwanted = [partition for partition in adopt if partition not in self.owned]
+        if unwanted:  # beyond the share: free them now rather than when they expire
+            await self.store.release_partitions(self.pod, unwanted)
 
     async def release_all(self) -> None:
         """Clean shutdown: stop every partition, release the leases, drop liveness.
