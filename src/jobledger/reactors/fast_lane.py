@@ -147,17 +147,21 @@ class FastLane:
         the store kept the lease. A held partition is served or released, never held
         idle: its lease keeps every other pod away (docs/reliability.md, issue 18)."""
         start: list[int] = []
+        orphans: list[int] = []
         for partition in partitions:
             worker = self.workers.get(partition)
             if worker is not None and not worker.lost:
                 worker.lease_until = until
                 continue
-            if worker is not None:
+            if worker is None:
+                orphans.append(partition)
+            else:
                 self.workers.pop(partition, None)
                 await worker.join()
             start.append(partition)
+        if orphans:
+            logger.warning("partitions %s held without a worker: starting them", orphans)
         if start:
-            logger.warning("partitions %s held without a worker: starting them", start)
             await self.acquired(start, until)
 
     async def lost(self, partition: int) -> None:
