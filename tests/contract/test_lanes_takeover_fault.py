@@ -183,3 +183,27 @@ async def test_a_take_whose_answer_was_lost_is_adopted_at_the_next_beat(
         assert set(runtime.fast.workers) == set(runtime.leases.owned)
     finally:
         await runtime.stop()
+
+
+async def test_a_worker_whose_task_ended_is_started_again_at_the_next_beat(
+    store: Store, clock: FakeClock
+) -> None:
+    """A worker task that ended without being stopped (it raised out of its loop) leaves
+    its partition held and unserved; the next renewal starts a new worker."""
+    engine = make_engine(store, clock)
+    rec = Recorder()
+    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    runtime = Runtime(engine, pod_id="pod-a")
+    await runtime.start()
+    try:
+        victim = runtime.fast.workers[3]
+        assert victim.task is not None
+        victim.task.cancel()  # ends it the way an error escaping `run` would
+        await _run_until(clock, lambda: victim.task is not None and victim.task.done(), fake_s=1)
+        await enqueue(engine, "kafka:t", one_job_per_partition(store))
+        assert await _run_until(clock, lambda: len(rec.calls) == store.partitions, fake_s=30), (
+            f"{len(rec.calls)} of {store.partitions} delivered"
+        )
+        assert runtime.fast.workers[3] is not victim
+    finally:
+        await runtime.stop()

@@ -150,17 +150,17 @@ class FastLane:
         orphans: list[int] = []
         for partition in partitions:
             worker = self.workers.get(partition)
-            if worker is not None and not worker.lost:
+            if worker is not None and not worker.lost and not _ended(worker):
                 worker.lease_until = until
                 continue
-            if worker is None:
+            if worker is None or not worker.lost:
                 orphans.append(partition)
-            else:
+            if worker is not None:
                 self.workers.pop(partition, None)
-                await worker.join()
+                await _joined(worker)
             start.append(partition)
         if orphans:
-            logger.warning("partitions %s held without a worker: starting them", orphans)
+            logger.warning("partitions %s held without a running worker: starting them", orphans)
         if start:
             await self.acquired(start, until)
 
@@ -251,3 +251,16 @@ class FastLane:
                 self.outcomes.dead(
                     job, "in flight when its partition was taken over", job.last_error
                 )
+
+
+def _ended(worker: PartitionWorker) -> bool:
+    """The worker's task is over although nobody stopped it (it raised)."""
+    return worker.task is not None and worker.task.done() and not worker.stopping
+
+
+async def _joined(worker: PartitionWorker) -> None:
+    """Wait for a worker that is over or stopping; an error it ended with is logged."""
+    try:
+        await worker.join()
+    except Exception:
+        logger.exception("partition %d: its worker ended with an error", worker.partition)
