@@ -207,3 +207,25 @@ async def test_a_worker_whose_task_ended_is_started_again_at_the_next_beat(
         assert runtime.fast.workers[3] is not victim
     finally:
         await runtime.stop()
+
+
+async def test_a_first_beat_that_fails_does_not_fail_the_start(
+    store: Store, clock: FakeClock, monkeypatch: Any
+) -> None:
+    """A replacement pod whose first heartbeat meets a terminated backend starts anyway
+    and takes its share at the next beat (docs/reliability.md, Findings 2)."""
+    engine = make_engine(store, clock)
+    rec = Recorder()
+    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    fault = FailsOnce(store.beat)
+    fault.armed = True
+    monkeypatch.setattr(store, "beat", fault)
+    runtime = Runtime(engine, pod_id="pod-a")
+    await runtime.start()
+    try:
+        assert fault.failed == 1 and runtime.leases.owned == {}
+        await enqueue(engine, "kafka:t", one_job_per_partition(store))
+        assert await _run_until(clock, lambda: len(rec.calls) == store.partitions, fake_s=30)
+        assert len(runtime.leases.owned) == store.partitions
+    finally:
+        await runtime.stop()

@@ -72,9 +72,16 @@ class PartitionLeases:
         return self.settings.partitions
 
     async def start(self) -> None:
-        """Seed the lease rows (idempotent, race-safe in the store) and take a share."""
+        """Seed the lease rows (idempotent, race-safe in the store) and take a share.
+
+        A first beat that fails once the store answered the seeding (a backend terminated
+        or a restart under way) does not fail the pod's start: the heartbeat loop beats
+        again (every step of a beat is safe to repeat), as after any beat that failed."""
         await self.store.seed_partitions(self.partitions)
-        await self.tick()
+        try:
+            await self.tick()
+        except Exception:
+            logger.exception("the first partition lease heartbeat failed; retrying next beat")
 
     async def run(self) -> None:
         """The heartbeat loop; ends when `stop()` is called."""
