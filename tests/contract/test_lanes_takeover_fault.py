@@ -7,12 +7,14 @@ Every held partition must have a running worker once the store answers again."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import DeliveryMode
+from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store
 from tests.contract.lanes_kit import Recorder, enqueue, keys_in, make_engine, settle
@@ -48,6 +50,37 @@ async def _run_until(clock: FakeClock, done: Any, *, fake_s: float, each: Any = 
     return bool(done())
 
 
+@asynccontextmanager
+async def running(engine: Engine) -> AsyncIterator[Runtime]:
+    runtime = Runtime(engine, pod_id="pod-a")
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+def _engine(store: Store, clock: FakeClock) -> tuple[Engine, Recorder]:
+    """An engine with one at-least-once fast target, `kafka:t`, whose calls are recorded."""
+    engine = make_engine(store, clock)
+    rec = Recorder()
+    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    return engine, rec
+
+
+def _state(runtime: Runtime, rec: Recorder) -> str:
+    served = {job.partition for job in rec.calls}
+    owned = set(runtime.leases.owned)
+    return (
+        f"{len(rec.calls)} delivered; pod-a holds {len(owned)} partitions, runs "
+        f"{len(runtime.fast.workers)} workers, served {len(served & owned)} of them"
+    )
+
+
+def assert_every_held_partition_has_a_worker(runtime: Runtime) -> None:
+    assert set(runtime.fast.workers) == set(runtime.leases.owned), _state(runtime, Recorder())
+
+
 def one_job_per_partition(store: Store) -> list[dict[str, Any]]:
     return [
         {"key": keys_in(p, 1, partitions=store.partitions)[0], "payload": p}
@@ -68,13 +101,9 @@ async def _ghost_holds_everything(store: Store, clock: FakeClock) -> None:
 async def test_a_takeover_whose_read_fails_still_serves_the_partitions(
     store: Store, clock: FakeClock, monkeypatch: Any
 ) -> None:
-    engine = make_engine(store, clock)
-    rec = Recorder()
-    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    engine, rec = _engine(store, clock)
     await _ghost_holds_everything(store, clock)
-    runtime = Runtime(engine, pod_id="pod-a")
-    await runtime.start()
-    try:
+    async with running(engine) as runtime:
         assert runtime.leases.owned == {}  # the ghost's leases are still valid
         await enqueue(engine, "kafka:t", one_job_per_partition(store))
         fault = FailsOnce(store.inflight_in)
@@ -83,12 +112,9 @@ async def test_a_takeover_whose_read_fails_still_serves_the_partitions(
         # the ghost's leases expire; pod-a takes them and its takeover read fails once
         assert await _run_until(clock, lambda: fault.failed == 1, fake_s=60)
         assert await _run_until(clock, lambda: len(rec.calls) == store.partitions, fake_s=60), (
-            f"{len(rec.calls)} of {store.partitions} delivered; pod-a holds {len(runtime.leases.owned)} "
-            f"partitions and runs {len(runtime.fast.workers)} workers"
+            _state(runtime, rec)
         )
-        assert set(runtime.fast.workers) == set(runtime.leases.owned)
-    finally:
-        await runtime.stop()
+        assert_every_held_partition_has_a_worker(runtime)
 
 
 async def test_a_take_that_fails_half_way_announces_what_it_took(
@@ -98,9 +124,7 @@ async def test_a_take_that_fails_half_way_announces_what_it_took(
     fails after an earlier one committed must not leave the earlier partitions held and
     unserved. Every job of pod-a's partitions is delivered (pod-b is a bystander that
     holds nothing, so only pod-a's half of the jobs can run)."""
-    engine = make_engine(store, clock)
-    rec = Recorder()
-    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    engine, rec = _engine(store, clock)
     await store.seed_partitions(store.partitions)
     lease = timedelta(seconds=30)
 
@@ -124,9 +148,7 @@ async def test_a_take_that_fails_half_way_announces_what_it_took(
         return await real_take(partitions, *args, **kwargs)
 
     monkeypatch.setattr(store, "take_partitions", second_slice_fails)
-    runtime = Runtime(engine, pod_id="pod-a")
-    await runtime.start()
-    try:
+    async with running(engine) as runtime:
         share = len(runtime.leases.owned)
         assert share == -(-store.partitions // 3)  # three live pods
         await enqueue(engine, "kafka:t", one_job_per_partition(store))
@@ -141,13 +163,10 @@ async def test_a_take_that_fails_half_way_announces_what_it_took(
             owned = set(runtime.leases.owned)
             return len(owned) == store.partitions // 2 and served() >= owned
 
-        assert await _run_until(clock, half_held_and_served, fake_s=90, each=pod_b_beats), (
-            f"pod-a holds {len(runtime.leases.owned)} partitions, runs "
-            f"{len(runtime.fast.workers)} workers, served {len(served() & set(runtime.leases.owned))}"
+        assert await _run_until(clock, half_held_and_served, fake_s=90, each=pod_b_beats), _state(
+            runtime, rec
         )
-        assert set(runtime.fast.workers) == set(runtime.leases.owned)
-    finally:
-        await runtime.stop()
+        assert_every_held_partition_has_a_worker(runtime)
 
 
 async def test_a_take_whose_answer_was_lost_is_adopted_at_the_next_beat(
@@ -156,9 +175,7 @@ async def test_a_take_whose_answer_was_lost_is_adopted_at_the_next_beat(
     """The take committed and the connection dropped before its answer: the pod holds
     leases it does not know about. It adopts them at its next heartbeat instead of
     leaving them unserved until they expire (30 s)."""
-    engine = make_engine(store, clock)
-    rec = Recorder()
-    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    engine, rec = _engine(store, clock)
     await _ghost_holds_everything(store, clock)
     real_take = store.take_partitions
     lost_answers = 0
@@ -172,17 +189,13 @@ async def test_a_take_whose_answer_was_lost_is_adopted_at_the_next_beat(
         return taken
 
     monkeypatch.setattr(store, "take_partitions", answer_lost)
-    runtime = Runtime(engine, pod_id="pod-a")
-    await runtime.start()
-    try:
+    async with running(engine) as runtime:
         await enqueue(engine, "kafka:t", one_job_per_partition(store))
         assert await _run_until(clock, lambda: lost_answers == 1, fake_s=60)
         taken_at = clock.now()
         assert await _run_until(clock, lambda: len(rec.calls) == store.partitions, fake_s=60)
         assert clock.now() - taken_at < timedelta(seconds=25), "served only once they expired"
-        assert set(runtime.fast.workers) == set(runtime.leases.owned)
-    finally:
-        await runtime.stop()
+        assert_every_held_partition_has_a_worker(runtime)
 
 
 async def test_a_worker_whose_task_ended_is_started_again_at_the_next_beat(
@@ -190,23 +203,17 @@ async def test_a_worker_whose_task_ended_is_started_again_at_the_next_beat(
 ) -> None:
     """A worker task that ended without being stopped (it raised out of its loop) leaves
     its partition held and unserved; the next renewal starts a new worker."""
-    engine = make_engine(store, clock)
-    rec = Recorder()
-    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
-    runtime = Runtime(engine, pod_id="pod-a")
-    await runtime.start()
-    try:
+    engine, rec = _engine(store, clock)
+    async with running(engine) as runtime:
         victim = runtime.fast.workers[3]
         assert victim.task is not None
         victim.task.cancel()  # ends it the way an error escaping `run` would
         await _run_until(clock, lambda: victim.task is not None and victim.task.done(), fake_s=1)
         await enqueue(engine, "kafka:t", one_job_per_partition(store))
         assert await _run_until(clock, lambda: len(rec.calls) == store.partitions, fake_s=30), (
-            f"{len(rec.calls)} of {store.partitions} delivered"
+            _state(runtime, rec)
         )
         assert runtime.fast.workers[3] is not victim
-    finally:
-        await runtime.stop()
 
 
 async def test_a_first_beat_that_fails_does_not_fail_the_start(
@@ -214,18 +221,12 @@ async def test_a_first_beat_that_fails_does_not_fail_the_start(
 ) -> None:
     """A replacement pod whose first heartbeat meets a terminated backend starts anyway
     and takes its share at the next beat (docs/reliability.md, Findings 2)."""
-    engine = make_engine(store, clock)
-    rec = Recorder()
-    engine.targets.register("kafka:t", "fast", rec, delivery_mode=DeliveryMode.AT_LEAST_ONCE)
+    engine, rec = _engine(store, clock)
     fault = FailsOnce(store.beat)
     fault.armed = True
     monkeypatch.setattr(store, "beat", fault)
-    runtime = Runtime(engine, pod_id="pod-a")
-    await runtime.start()
-    try:
+    async with running(engine) as runtime:
         assert fault.failed == 1 and runtime.leases.owned == {}
         await enqueue(engine, "kafka:t", one_job_per_partition(store))
         assert await _run_until(clock, lambda: len(rec.calls) == store.partitions, fake_s=30)
         assert len(runtime.leases.owned) == store.partitions
-    finally:
-        await runtime.stop()
