@@ -9,14 +9,16 @@ bytea compares bytewise, which is the code-point order Python sorts `str` by).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from jobledger.domain.events import Event, actor_json
-from jobledger.domain.jobs import Change, Job
+from jobledger.domain.events import Event, EventType, actor_json
+from jobledger.domain.jobs import Change, Job, JobStatus
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.jsontext import dumps, json_bytes
+from jobledger.storage.postgres.enqueue_statements import ONE_JOB_FIELDS, ROW_FROM_EVENT
 from jobledger.storage.postgres.mark_statement import hint_payload
 from jobledger.storage.rows import (
     JOB_FIELDS,
@@ -53,7 +55,6 @@ def opens_job(change: Change) -> bool:
 _PAYLOAD = JOB_FIELDS.index("payload")
 #: the jsonb columns of `jobs` (the payload is json: its text is kept, see migration 3)
 _JSONB_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("headers", "actor"))
-_JSON_FIELDS = (_PAYLOAD, *_JSONB_FIELDS)
 
 
 def _job_values(job: Job) -> list[Any]:
@@ -129,21 +130,78 @@ def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
 
 
 def one_params(change: Change) -> list[Any]:
-    """The parameters of `Statements.enqueue_one` for a change that passes `opens_job`:
-    the event's columns after its position, the job row's (JSON columns as their text,
-    the payload's the same text as in the event's data, as `job_copy_row` writes it),
-    then the wake-up's payload (`mark_statement.hint_payload`: the row itself)."""
+    """The parameters of `Statements.enqueue_one` for a change that passes `opens_one`:
+    the event's columns after its position, the row's `ONE_JOB_FIELDS` (JSON columns
+    as their text, the payload's the same as in the event's data, as `job_copy_row`
+    writes it), then the wake-up's payload (`mark_statement.hint_payload`: the row)."""
     job: Job = change.row
-    row = _job_values(job)
-    for k in _JSON_FIELDS:
-        if row[k] is not None:
-            row[k] = dumps(row[k])
+    row = list(_row_values(job))
+    row[_LANE], row[_STATUS] = job.lane.value, job.status.value
+    if job.payload is not None:
+        row[_PAYLOAD] = dumps(job.payload)
+    if job.headers is not None:
+        row[_HEADERS] = dumps(dict(job.headers))
+    if job.actor is not None:
+        row[_ACTOR] = dumps(actor_json(job.actor))
     return [
         *_first_event_columns(change, dumps),
-        *row,
+        *_one_job_values(row),
         job.order_key.encode(),
         hint_payload(job, row),
     ]
+
+
+#: a job's `JOB_FIELDS` values in that order (`rows.job_to_dict` without the dict)
+_row_values = operator.attrgetter(*JOB_FIELDS)
+_LANE, _STATUS, _HEADERS, _ACTOR = (
+    JOB_FIELDS.index(f) for f in ("lane", "status", "headers", "actor")
+)
+#: `ONE_JOB_FIELDS` but the order key, from such values
+_one_job_values = operator.itemgetter(*(JOB_FIELDS.index(f) for f in ONE_JOB_FIELDS[:-1]))
+
+
+def opens_one(change: Change) -> bool:
+    """A change `Statements.enqueue_one` takes: it `opens_job` with a JobEnqueued, and
+    its row holds what the statement reads from the event and leaves out as
+    `jobs._enqueued_fields` makes them (checked, so the row written is the change's)."""
+    row, events = change.row, change.events
+    if not (change.is_new and len(events) == 1 and isinstance(row, Job)):
+        return False
+    event = events[0]
+    return (
+        event.type == EventType.JOB_ENQUEUED
+        and _LEFT_OUT(row) == _NEW_ROW
+        and _FROM_EVENT(row)
+        == (
+            _dedupe_key(change, 0, event),
+            event.at,
+            event.at,
+            event.version,
+            event.hash,
+            event.trace_id,
+            event.actor,
+        )
+    )
+
+
+#: the row's columns `Statements.enqueue_one` reads from its event (`ROW_FROM_EVENT`)
+_FROM_EVENT = operator.attrgetter(*(c for c, _ in ROW_FROM_EVENT))
+#: the columns it leaves out (NULL, attempts its default 0; status 'PENDING') and
+#: their values in a new row
+NEW_ROW = {
+    "status": JobStatus.PENDING,
+    "attempts": 0,
+    "last_error": None,
+    "dead_reason": None,
+    "claimed_by": None,
+    "claim_token": None,
+    "lease_until": None,
+    "inflight_token": None,
+    "running_code": None,
+    "closed_at": None,
+}
+_LEFT_OUT = operator.attrgetter(*NEW_ROW)
+_NEW_ROW = tuple(NEW_ROW.values())
 
 
 def is_guarded_update(change: Change) -> bool:

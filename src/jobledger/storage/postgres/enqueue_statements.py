@@ -69,22 +69,55 @@ SELECT coalesce((SELECT array_agg(slot) FROM w), '{{}}'::int[]), (SELECT count(*
 
 
 def enqueue_one_sql(s: str, channel: str) -> str:
-    """One new job stream of one event, from `encode.one_params`: scalar parameters (no
-    JSON array to parse on the server), the event at this transaction's next position
-    with `ON CONFLICT DO NOTHING` (a seen dedupe key writes nothing), the row, and the
-    wake-up with the payload the caller wrote; one row back when the job was written."""
+    """One new job stream of one JobEnqueued, from `encode.one_params`: scalar
+    parameters (no JSON array to parse on the server), the event at this transaction's
+    next position with `ON CONFLICT DO NOTHING` (a seen dedupe key writes nothing), the
+    row, and the wake-up with the payload the caller wrote; one row back when the job
+    was written. What the row repeats of its event (`jobs._enqueued_fields`: the time,
+    version, hash, trace, actor, dedupe key) is read from the inserted event, not sent
+    twice; the columns a new row leaves NULL are left out (attempts: its default 0)."""
     event_values = ", ".join(
         f"%s::{EVENT_TYPES.get(c, 'text')}" for c in EVENT_INSERT.split(", ")[1:]
     )
-    job_cols = (*JOB_FIELDS, "order_key")
-    job_values = ", ".join(f"%s::{JOB_TYPES.get(c, 'text')}" for c in job_cols)
+    sent = ", ".join(f"%s::{JOB_TYPES.get(c, 'text')} AS {c}" for c in ONE_JOB_FIELDS)
+    columns = (*ONE_JOB_FIELDS, "status", *(c for c, _ in ROW_FROM_EVENT))
+    values = (*(f"r.{c}" for c in ONE_JOB_FIELDS), "'PENDING'", *(v for _, v in ROW_FROM_EVENT))
     return f"""
 WITH {base(s)},
 e AS (
   INSERT INTO {s}.events ({EVENT_INSERT}) SELECT base.b + 1, {event_values} FROM base
   ON CONFLICT DO NOTHING
-  RETURNING 1
+  RETURNING version, at, actor, trace_id, hash, dedupe_key
 ),
-j AS (INSERT INTO {s}.jobs ({", ".join(job_cols)}) SELECT {job_values} FROM e)
+r AS (SELECT {sent}),
+j AS (INSERT INTO {s}.jobs ({", ".join(columns)}) SELECT {", ".join(values)} FROM e, r)
 SELECT pg_notify('{channel}', %s) FROM e
 """
+
+
+#: the row's columns `Statements.enqueue_one` takes as parameters (`encode.one_params`),
+#: after the event's: those a JobEnqueued's row does not repeat from its event
+ONE_JOB_FIELDS = (
+    "id",
+    "code",
+    "target",
+    "lane",
+    "key",
+    "partition",
+    "version",
+    "payload",
+    "headers",
+    "next_run_at",
+    "traceparent",
+    "order_key",
+)
+#: the row's columns it reads from the inserted event `e` (`jobs._enqueued_fields`)
+ROW_FROM_EVENT = (
+    ("dedupe_key", "e.dedupe_key"),
+    ("created_at", "e.at"),
+    ("updated_at", "e.at"),
+    ("stream_version", "e.version"),
+    ("last_hash", "e.hash"),
+    ("trace_id", "e.trace_id"),
+    ("actor", "e.actor::jsonb"),
+)

@@ -60,6 +60,8 @@ class WritePath(PgBase):
                 "the PostgreSQL store takes a psycopg AsyncConnection in a transaction"
                 " (or the Transaction of its own transaction())"
             )
+        if len(changes) == 1 and encode.opens_one(changes[0]):
+            return [await self._enqueue_one(conn, changes[0])]  # `engine.enqueue`'s path
         return await self._apply_on(conn, changes, None)
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
@@ -146,15 +148,18 @@ class WritePath(PgBase):
         its own statement with scalar parameters, a large batch inside a transaction
         block is COPYed, anything else goes through the enqueue statement."""
         changes = [c for _, c in items]
-        if len(changes) == 1:
-            async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(self.sql.enqueue_one, encode.one_params(changes[0]))
-                written = await cur.fetchone()
-            return [items[0][0]] if written else []
+        if len(changes) == 1 and encode.opens_one(changes[0]):
+            return [items[0][0]] if await self._enqueue_one(conn, changes[0]) else []
         if len(changes) >= COPY_FROM and _can_copy(conn) and await self._copy(conn, changes):
             return [i for i, _ in items]
         opening = encode.opening_params(changes)
         return [items[k][0] for k in await self._winners(conn, self.sql.enqueue, opening)]
+
+    async def _enqueue_one(self, conn: Conn, change: Change) -> bool:
+        """`Statements.enqueue_one` for a change that passes `encode.opens_one`; whether
+        the job was written (False: its dedupe key was taken)."""
+        cur = await conn.execute(self.sql.enqueue_one, encode.one_params(change))
+        return cur.rowcount == 1  # the wake-up's row: there is one when the job was written
 
     async def _copy(self, conn: Conn, changes: list[Change]) -> bool:
         """COPY new jobs and their events inside a savepoint, then the wake-up.
