@@ -28,7 +28,11 @@ Measures, each side alternately for `--rounds` rounds, medians reported:
     subscription read by a task; Procrastinate: a connection LISTENing on
     `procrastinate_any_queue_v1`, the channel of a worker serving every queue). Both
     write on the caller's one connection; a third variant puts jobledger's enqueue
-    through `engine.transaction()` (a checkout from its pool per transaction).
+    through `engine.transaction()` (a checkout from its pool per transaction). Each
+    side also reports its process's CPU time per transaction (the client's share).
+    `--baseline-src DIR` adds jobledger from another source tree, taking turns with
+    the other two: a before/after in one run (both jobledger sides then run as
+    subprocesses of this interpreter, as Procrastinate's does in its own).
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ JL_SCHEMA = "peer_jobledger"
 PEER_SCHEMA = "peer_procrastinate"
 CHUNK = 1000
 NO_FLUSH_ENV = "JOBLEDGER_PEER_NO_FLUSH"
+#: this tree's jobledger sources (the jobledger side's subprocess under --baseline-src)
+THIS_SRC = str(Path(__file__).resolve().parent.parent / "src")
 #: (3)'s variants: label -> (a listener in each process, jobledger on the caller's own
 #: connection as Procrastinate's `configure(connection=conn)` is, or through
 #: `engine.transaction()`: a checkout from the store's pool per transaction)
@@ -122,17 +128,29 @@ async def timed(n: int, step: Callable[[int], Awaitable[object]], offset: int = 
 
 async def interleaved(
     raw: Callable[[int], Awaitable[object]], with_job: Callable[[int], Awaitable[object]], n: int
-) -> tuple[list[float], list[float]]:
-    """Seconds per transaction without and with the job: 200 warm-up calls each, then
-    three alternating thirds of `n`, so drift hits both sides alike."""
+) -> dict[str, float]:
+    """Medians of the time per transaction without and with the job (ms), and this
+    process's CPU time per transaction of each (µs: the client side, its kernel time
+    included): 200 warm-up calls each, then three alternating thirds of `n`, so drift
+    hits both sides alike."""
     await timed(200, raw)
     await timed(200, with_job)
     base: list[float] = []
     ours: list[float] = []
+    cpu = [0.0, 0.0]
     for part in range(3):
+        began = time.process_time()
         base += await timed(n // 3, raw, 1000 + part * n)
+        cpu[0] += time.process_time() - began
+        began = time.process_time()
         ours += await timed(n // 3, with_job, 1000 + part * n)
-    return base, ours
+        cpu[1] += time.process_time() - began
+    return {
+        "raw_ms": statistics.median(base) * 1000,
+        "ms": statistics.median(ours) * 1000,
+        "raw_cpu_us": cpu[0] / len(base) * 1e6,
+        "cpu_us": cpu[1] / len(ours) * 1e6,
+    }
 
 
 # --- Procrastinate side (runs in the peer venv) -------------------------------------------
@@ -249,7 +267,7 @@ async def peer_tx(n: int, listen: bool) -> dict[str, Any]:
                 await conn.execute("INSERT INTO business VALUES (%s, %s)", (i, "x"))
                 await business.configure(connection=conn).defer_async(i=i)
 
-        base, ours = await interleaved(raw, with_job, n)
+        result = await interleaved(raw, with_job, n)
     finally:
         if reader is not None:
             reader.cancel()
@@ -257,7 +275,7 @@ async def peer_tx(n: int, listen: bool) -> dict[str, Any]:
         await conn.close()
         await app.close_async()
         await reset_schema(PEER_SCHEMA, create=False)
-    return {"raw_ms": statistics.median(base) * 1000, "ms": statistics.median(ours) * 1000}
+    return result
 
 
 async def peer_main(args: argparse.Namespace) -> None:
@@ -271,6 +289,23 @@ async def peer_main(args: argparse.Namespace) -> None:
         result = await peer_tx(args.single, args.listen)
     result["version"] = version("procrastinate")
     print(json.dumps(result))
+
+
+def run_baseline(src: str, single: str, *extra: str) -> dict[str, Any]:
+    """(3)'s jobledger side in a subprocess of this interpreter with jobledger imported
+    from another source tree (`--baseline-src`): the same run's before/after."""
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--jl-side", "--single", single, *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([src, str(Path(__file__).parent)])},
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"baseline side failed:\n{proc.stderr}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def run_peer(python: str, side: str, *extra: str) -> dict[str, Any]:
@@ -399,7 +434,7 @@ async def jl_tx(n: int, listen: bool, own_conn: bool) -> dict[str, Any]:
                 await engine.enqueue("bench:business", {"i": i}, tx=tx, key=f"k{i}")
 
         try:
-            base, ours = await interleaved(raw, with_job, n)
+            result = await interleaved(raw, with_job, n)
         finally:
             await own.close()
     finally:
@@ -407,7 +442,7 @@ async def jl_tx(n: int, listen: bool, own_conn: bool) -> dict[str, Any]:
             reader.cancel()
         await store.close()
         await reset_schema(JL_SCHEMA, create=False)
-    return {"raw_ms": statistics.median(base) * 1000, "ms": statistics.median(ours) * 1000}
+    return result
 
 
 # --- the driver --------------------------------------------------------------------------
@@ -425,6 +460,7 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
     concurrencies = [int(c) for c in args.peer_concurrency.split(",")]
     jl: dict[str, list[dict[str, Any]]] = {}
     pr: dict[str, list[dict[str, Any]]] = {}
+    base: dict[str, list[dict[str, Any]]] = {}  # (3) of the --baseline-src tree
     version = ""
     loads = [loadavg()]
     print(f"load average (1/5/15 min) at start: {loads[0]}", flush=True)
@@ -448,11 +484,22 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
             pr.setdefault("wake", []).append(res)
             version = res["version"]
         if "tx" in args.only:
+            sides = ["jl", "pr", "base"] if args.baseline_src else ["jl", "pr"]
+            sides = sides[r % len(sides) :] + sides[: r % len(sides)]  # who goes first
             for key, (listen, own_conn) in TX_VARIANTS.items():
                 flag = ["--listen"] if listen else []
-                for side in ("jl", "pr") if r % 2 == 0 else ("pr", "jl"):  # who goes first
+                for side in sides:
+                    pool = [] if own_conn else ["--pool"]
+                    if side == "jl" and args.baseline_src:  # a subprocess too, like the baseline
+                        res = run_baseline(THIS_SRC, str(args.single), *flag, *pool)
+                        jl.setdefault(key, []).append(res)
+                        continue
                     if side == "jl":
                         jl.setdefault(key, []).append(await jl_tx(args.single, listen, own_conn))
+                        continue
+                    if side == "base":
+                        res = run_baseline(args.baseline_src, str(args.single), *flag, *pool)
+                        base.setdefault(key, []).append(res)
                         continue
                     res = run_peer(peer, "tx", "--single", str(args.single), *flag)
                     pr.setdefault(key, []).append(res)
@@ -507,24 +554,36 @@ async def driver(args: argparse.Namespace, peer: str) -> None:
             f"(3) one enqueue in the caller's transaction with a business row,"
             f" median per transaction ({args.single} per round)"
         )
+        if args.baseline_src:
+            print(f"  ('baseline': jobledger from {args.baseline_src}, the same bench code)")
         for key in TX_VARIANTS:
             print(f"  {key}:")
-            for side, rounds in (("jobledger", jl[key]), ("procrastinate", pr[key])):
+            named = {"jobledger": jl[key], "procrastinate": pr[key], "baseline": base.get(key)}
+            for side, rounds in named.items():
+                if not rounds:
+                    continue
                 raw, ms = med(rounds, "raw_ms"), med(rounds, "ms")
                 each = ", ".join(f"{x['ms']:.2f}/{x['raw_ms']:.2f}" for x in rounds)
                 print(
                     f"    {side:13s} raw BEGIN;INSERT;COMMIT {raw:6.2f} ms"
                     f"   + enqueue {ms:6.2f} ms"
-                    f"   ({ms / raw:.2f}x its raw; rounds, with/raw: {each})"
+                    f"   ({ms / raw:.2f}x its raw; rounds, with/raw: {each});"
+                    f" client CPU {med(rounds, 'cpu_us'):.0f} µs/tx"
+                    f" (raw {med(rounds, 'raw_cpu_us'):.0f})"
                 )
-            ratio = med(jl[key], "ms") / med(pr[key], "ms")
-            per_round = ", ".join(
-                f"{a['ms'] / b['ms']:.2f}" for a, b in zip(jl[key], pr[key], strict=True)
-            )
-            print(
-                f"    time ratio jobledger / procrastinate: {ratio:.2f}x"
-                f" (rate {1 / ratio:.2f}x; rounds {per_round})"
-            )
+            pairs = [("jobledger", "procrastinate")]
+            if base.get(key):
+                pairs += [("baseline", "procrastinate"), ("jobledger", "baseline")]
+            for one, other in pairs:
+                ratio = med(named[one] or [], "ms") / med(named[other] or [], "ms")
+                per_round = ", ".join(
+                    f"{a['ms'] / b['ms']:.2f}"
+                    for a, b in zip(named[one] or [], named[other] or [], strict=True)
+                )
+                print(
+                    f"    time ratio {one} / {other}: {ratio:.2f}x"
+                    f" (rate {1 / ratio:.2f}x; rounds {per_round})"
+                )
 
 
 def main(argv: list[str]) -> int:
@@ -552,7 +611,14 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="both sides' sessions with synchronous_commit=off (no WAL flush per commit)",
     )
+    parser.add_argument(
+        "--baseline-src",
+        help="tx: also run jobledger's side from this source tree (e.g. /work/main/src)"
+        " in a subprocess, taking turns with the other two: a same-run before/after",
+    )
     parser.add_argument("--peer-side", choices=["drain", "wake", "tx"], help=argparse.SUPPRESS)
+    parser.add_argument("--jl-side", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pool", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--listen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -560,6 +626,10 @@ def main(argv: list[str]) -> int:
         os.environ[NO_FLUSH_ENV] = "1"
     if args.peer_side:
         asyncio.run(peer_main(args))
+        return 0
+    if args.jl_side:
+        asyncio.run(ensure_database())
+        print(json.dumps(asyncio.run(jl_tx(args.single, args.listen, not args.pool))))
         return 0
     peer = args.peer_python
     if not peer or not Path(peer).exists():
