@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import os
 import pstats
 import statistics
 import sys
@@ -47,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.tansu: the one broker launcher
 
 from aiokafka import AIOKafkaProducer  # noqa: E402
-from drain import fresh_store  # noqa: E402
+from drain import ServerCpu, backend_ticks, fresh_store  # noqa: E402
 from tests.tansu import Tansu, consume, create_topic  # noqa: E402
 
 from jobledger.config.settings import Settings  # noqa: E402
@@ -71,10 +72,31 @@ def payload(key: str, version: int) -> dict[str, Any]:
     return {"delivery_no": key, "version": version, "status": "DELIVERED", "pad": "x" * 64}
 
 
-async def raw(bootstrap: str, topic: str, work: list[tuple[str, int]]) -> tuple[float, float]:
+def process_cpu(pid: int | None) -> float:
+    """User + system CPU seconds of process `pid` so far (0 without one)."""
+    if pid is None:
+        return 0.0
+    return backend_ticks([pid]).get(pid, 0) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Run:
+    """One timed path: wall and CPU seconds of this process, of the broker process and
+    of the store's own PostgreSQL backends (0 where there are none)."""
+
+    wall: float
+    cpu: float
+    broker_cpu: float = 0.0
+    server_cpu: float = 0.0
+
+
+async def raw(
+    bootstrap: str, topic: str, work: list[tuple[str, int]], broker_pid: int | None
+) -> Run:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=10000)
     await producer.start()
     try:
+        broker = process_cpu(broker_pid)
         started, cpu = time.perf_counter(), time.process_time()
         futures = []
         for key, version in work:
@@ -82,7 +104,11 @@ async def raw(bootstrap: str, topic: str, work: list[tuple[str, int]]) -> tuple[
             headers = [("event_id", f"{key}:{version}".encode()), ("trace_id", TRACE.encode())]
             futures.append(await producer.send(topic, value, key=key.encode(), headers=headers))
         await asyncio.gather(*futures)
-        return time.perf_counter() - started, time.process_time() - cpu
+        return Run(
+            time.perf_counter() - started,
+            time.process_time() - cpu,
+            process_cpu(broker_pid) - broker,
+        )
     finally:
         await producer.stop()
 
@@ -141,10 +167,11 @@ async def engine_run(
     mode: str,
     work: list[tuple[str, int]],
     profile: cProfile.Profile | None = None,
-) -> tuple[float, float, dict[str, int]]:
+    broker_pid: int | None = None,
+) -> tuple[Run, dict[str, int]]:
     """Drain `work` through Engine + Runtime. `bootstrap` None: the same target name with
     a no-op handler instead of Kafka (the engine's own ceiling on this machine).
-    Returns the wall time, this process's CPU time and what was left in the queue."""
+    Returns the run's times and what was left in the queue."""
     async with fresh_store(kind, tmp) as store:
         engine = Engine(store, settings=Settings(kafka_target_topics=f"{topic}:{mode}"))
         target = f"kafka:{topic}"
@@ -161,21 +188,27 @@ async def engine_run(
         runtime = Runtime(engine, pod_id="bench")
         if kafka is not None:
             await kafka.start()
+        server = ServerCpu() if kind == "postgres" else None
         try:
+            if server is not None:
+                await server.start()
+            broker = process_cpu(broker_pid)
             if profile is not None:
                 profile.enable()
             started, cpu = time.perf_counter(), time.process_time()
             await runtime.start()
             await drained(runtime, store, len(work), 600)
-            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+            run = Run(time.perf_counter() - started, time.process_time() - cpu)
             if profile is not None:
                 profile.disable()
+            run.broker_cpu = process_cpu(broker_pid) - broker
+            run.server_cpu = await server.seconds() if server is not None else 0.0
         finally:
             await runtime.stop()
             if kafka is not None:
                 await kafka.stop()  # after the lanes, as a pod shuts down
         print_lane_counts(runtime)
-        return elapsed, cpu, await leftover(store)
+        return run, await leftover(store)
 
 
 def print_lane_counts(runtime: Runtime) -> None:
@@ -210,6 +243,9 @@ class Figures:
 
     rate: dict[str, float] = field(default_factory=dict)
     cpu_us: dict[str, float] = field(default_factory=dict)
+    idle_us: dict[str, float] = field(default_factory=dict)  # wall - this process's CPU
+    broker_us: dict[str, float] = field(default_factory=dict)  # the broker's CPU
+    server_us: dict[str, float] = field(default_factory=dict)  # the store's backends' CPU
 
     def ratios(self) -> dict[str, float]:
         """engine/raw, no-op/raw, kafka/no-op by wall-clock rate, and engine/raw by this
@@ -238,15 +274,16 @@ async def one_round(
     for topic in (raw_topic, engine_topic):
         await create_topic(broker.bootstrap, topic, args.partitions)
     got = Figures()
-    raw_s, raw_cpu = await raw(broker.bootstrap, raw_topic, work)
-    record(got, "raw", raw_s, raw_cpu, work)
+    broker_pid = broker.proc.pid if broker.proc is not None else None
+    raw_run = await raw(broker.bootstrap, raw_topic, work, broker_pid)
+    record(got, "raw", raw_run, work)
     print(
-        f"  raw aiokafka, batched  {got.rate['raw']:10,.0f} records/s  ({raw_s:.2f} s,"
-        f" {got.cpu_us['raw']:.0f} µs CPU/record here)"
+        f"  raw aiokafka, batched  {got.rate['raw']:10,.0f} records/s  ({raw_run.wall:.2f} s,"
+        f" {got.cpu_us['raw']:.0f} µs CPU/record here){where(got, 'raw')}"
     )
     for path, bootstrap in (("kafka", broker.bootstrap), ("noop", None)):
         topic = engine_topic if bootstrap else f"bench.noop.{n}"
-        elapsed, cpu, left = await engine_run(
+        run, left = await engine_run(
             args.store,
             tmp / f"{path}{n}",
             bootstrap,
@@ -254,12 +291,13 @@ async def one_round(
             args.mode,
             work,
             profile if args.profile == path else None,
+            broker_pid,
         )
-        record(got, path, elapsed, cpu, work)
+        record(got, path, run, work)
         label = "engine kafka target   " if bootstrap else "engine no-op target   "
         print(
-            f"  {label} {got.rate[path]:10,.0f} jobs/s     ({elapsed:.2f} s,"
-            f" {got.cpu_us[path]:.0f} µs CPU/record here)"
+            f"  {label} {got.rate[path]:10,.0f} jobs/s     ({run.wall:.2f} s,"
+            f" {got.cpu_us[path]:.0f} µs CPU/record here){where(got, path)}"
             + (f"  LEFT IN THE QUEUE: {left}" if left else "")
         )
     print_ratios(got.ratios())
@@ -268,13 +306,25 @@ async def one_round(
     return got
 
 
-def record(
-    got: Figures, path: str, wall_s: float, cpu_s: float, work: list[tuple[str, int]]
-) -> None:
+def record(got: Figures, path: str, run: Run, work: list[tuple[str, int]]) -> None:
     """This process's CPU time is per record and excludes the broker's: close to the wall
     time per record when the Python side is the bottleneck."""
-    got.rate[path] = len(work) / wall_s
-    got.cpu_us[path] = cpu_s / len(work) * 1e6
+    per_record = 1e6 / len(work)
+    got.rate[path] = len(work) / run.wall
+    got.cpu_us[path] = run.cpu * per_record
+    got.idle_us[path] = max(run.wall - run.cpu, 0.0) * per_record
+    got.broker_us[path] = run.broker_cpu * per_record
+    got.server_us[path] = run.server_cpu * per_record
+
+
+def where(got: Figures, path: str) -> str:
+    """Where a path's wall time per record went: this process waiting (wall - its CPU),
+    and the CPU the broker and the store's backends spent meanwhile (the same 2 cores)."""
+    return (
+        f"\n      per record: {got.idle_us[path]:.1f} µs this process not on CPU,"
+        f" broker {got.broker_us[path]:.1f} µs CPU, PostgreSQL backends"
+        f" {got.server_us[path]:.1f} µs CPU"
+    )
 
 
 def print_ratios(ratios: dict[str, float], prefix: str = "") -> None:

@@ -8,13 +8,18 @@ baseline is the raw round trip the wake path rides on: LISTEN/NOTIFY between two
 psycopg connections (PostgreSQL), or an asyncio.Event set → wake (SQLite, whose wake-up
 is in-process). Prints p50/p99 and the engine/raw ratio; on PostgreSQL also a raw
 one-row commit timed after each sample (the WAL flush an at-most-once mark must wait
-for) and the engine's share: the wake minus that flush.
+for) and the engine's share: the wake minus that flush, p50 and p99 of the per-sample
+difference. At-most-once also splits each sample at the mark's statement
+(`Store.mark_first`, timed around the call): the statement (its round trip, the
+server's work and the flush) and everything else, the engine's own path (the NOTIFY's
+arrival, planning, the mark's event, the handler's task).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import statistics
 import sys
@@ -22,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from jobledger.config.settings import Settings
 from jobledger.domain.jobs import Job
@@ -45,12 +51,28 @@ async def wake_samples(
     pod: str,
     mode: str = "at_least_once",
     between: Callable[[], Awaitable[None]] | None = None,
+    statements: list[float] | None = None,
 ) -> list[float]:
     """Milliseconds from each enqueue's commit to its handler's first line: one idle pod,
     one job per sample (20 warm-up samples dropped), `gap` seconds apart; `between` runs
-    after each sample (a baseline measured under the same conditions)."""
+    after each sample (a baseline measured under the same conditions). `statements`
+    gets, per sample, how long the store's `mark_first` call took (NaN when the lane
+    did not mark the row that way)."""
     arrived = asyncio.Event()
     stamp = [0.0]
+    marked = [math.nan]
+    if statements is not None:
+        store = engine.store
+        mark_first = store.mark_first
+
+        async def timed_mark_first(change: Any, guard: Any) -> bool:
+            began = time.perf_counter()
+            try:
+                return await mark_first(change, guard)
+            finally:
+                marked[0] = (time.perf_counter() - began) * 1000
+
+        store.mark_first = timed_mark_first  # type: ignore[method-assign]
 
     async def handler(job: Job) -> None:
         stamp[0] = time.perf_counter()
@@ -64,12 +86,15 @@ async def wake_samples(
     try:
         for i in range(samples + 20):
             arrived.clear()
+            marked[0] = math.nan
             async with engine.transaction() as tx:
                 await engine.enqueue("bench:wake", {"i": i}, tx=tx, key=f"k{i}")
             committed = time.perf_counter()
             await asyncio.wait_for(arrived.wait(), 10)
             if i >= 20:  # warm-up
                 out.append((stamp[0] - committed) * 1000)
+                if statements is not None:
+                    statements.append(marked[0])
             await asyncio.sleep(gap)  # let the round's outcome commit: lane idle again
             if between is not None:
                 await between()
@@ -80,14 +105,15 @@ async def wake_samples(
 
 async def engine_latency(
     kind: str, tmp: Path, samples: int, mode: str
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
     """The engine's samples and, on PostgreSQL, a raw one-row commit timed after each
     one on a connection of its own (one WAL flush: what an at-most-once mark must wait
-    for before the handler may run), so both see the same disk."""
+    for before the handler may run), so both see the same disk; and how long each
+    sample's mark statement took."""
     async with fresh_store(kind, tmp) as store:
         engine = Engine(store, settings=Settings())
         if kind != "postgres":
-            return await wake_samples(engine, samples, 0.01, "bench", mode), []
+            return await wake_samples(engine, samples, 0.01, "bench", mode), [], []
         import psycopg
         from psycopg.conninfo import make_conninfo
 
@@ -104,8 +130,10 @@ async def engine_latency(
             await probe.execute(f"INSERT INTO {table} VALUES (1)")
             flushes.append((time.perf_counter() - began) * 1000)
 
+        statements: list[float] = []
         try:
-            return await wake_samples(engine, samples, 0.01, "bench", mode, flush), flushes[20:]
+            wakes = await wake_samples(engine, samples, 0.01, "bench", mode, flush, statements)
+            return wakes, flushes[20:], statements
         finally:
             await probe.close()
 
@@ -154,6 +182,24 @@ async def raw_event(samples: int) -> list[float]:
     return out
 
 
+def split_at_statement(wakes: list[float], statements: list[float]) -> None:
+    """At-most-once: each sample split at its mark statement (`Store.mark_first`), the
+    one step that waits for the server and its flush; the rest is the engine's own."""
+    pairs = [(w, s) for w, s in zip(wakes, statements, strict=False) if not math.isnan(s)]
+    if not pairs:
+        return
+    own = [w - s for w, s in pairs]
+    marks = [s for _, s in pairs]
+    print(
+        f"  the mark statement (mark_first)  p50 {statistics.median(marks):7.3f} ms"
+        f"  p99 {pct(marks, 0.99):7.3f} ms  ({len(pairs)} of {len(wakes)} samples)"
+    )
+    print(
+        f"  engine outside that statement    p50 {statistics.median(own):7.3f} ms"
+        f"  p99 {pct(own, 0.99):7.3f} ms  max {max(own):7.3f} ms"
+    )
+
+
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
@@ -167,7 +213,9 @@ async def main(argv: list[str]) -> int:
         raw = await (
             raw_notify(args.samples) if args.store == "postgres" else raw_event(args.samples)
         )
-        eng, flushes = await engine_latency(args.store, Path(tmpdir), args.samples, args.mode)
+        eng, flushes, statements = await engine_latency(
+            args.store, Path(tmpdir), args.samples, args.mode
+        )
     name = "LISTEN/NOTIFY round trip" if args.store == "postgres" else "asyncio.Event wake"
     print(f"{args.store}, {args.mode}: commit → handler over {args.samples} samples")
     print(f"  raw {name:26s} p50 {statistics.median(raw):7.3f} ms  p99 {pct(raw, 0.99):7.3f} ms")
@@ -191,7 +239,9 @@ async def main(argv: list[str]) -> int:
             f"  engine share (wake - flush)      p50 "
             f"{statistics.median(eng) - statistics.median(flushes):7.3f} ms"
             f"  paired p50 {statistics.median(paired):7.3f} ms"
+            f"  paired p99 {pct(paired, 0.99):7.3f} ms"
         )
+    split_at_statement(eng, statements)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -53,6 +53,9 @@ def _statement(s: str, channel: str, first: bool) -> str:
         if first
         else ""
     )
+    # A first mark takes the wake-up's payload parameter and sends nothing: see
+    # `first_mark_sql`. The lone mark keeps its NOTIFY, as the general statement has.
+    wake = "%s::text" if first else f"pg_notify('{channel}', %s)"
     return f"""
 WITH held AS (
   SELECT partition FROM {s}.partitions
@@ -66,7 +69,7 @@ u AS (
 ),
 {base(s)},
 e AS (INSERT INTO {s}.events ({EVENT_INSERT}) SELECT base.b + 1, {event_values} FROM base, u)
-SELECT pg_notify('{channel}', %s) FROM u
+SELECT {wake} FROM u
 """
 
 
@@ -81,7 +84,17 @@ def guarded_update_sql(s: str, channel: str) -> str:
 def first_mark_sql(s: str, channel: str) -> str:
     """`guarded_update_sql` that also refuses a row with an earlier PENDING row of its
     chain. Parameters: `guarded_update_sql`'s with `first_mark_params(job)` after the
-    expected stream version."""
+    expected stream version.
+
+    It sends no wake-up (the payload parameter is taken and left unused). A mark makes
+    nothing runnable: the row goes in flight, only the pod holding the partition's
+    lease works on it, and that pod's worker is the one marking (it passes over the
+    partition again after the round anyway). A NOTIFY in the mark's transaction would
+    make its commit take PostgreSQL's notification-queue lock, which serialises every
+    notifying commit of the server up to the end of its WAL flush: on the
+    commit → handler path that queued the mark behind other transactions' flushes, and
+    every pod's listener was sent a wake-up it had no use for (issue 21 wake tail,
+    docs/performance.md)."""
     return _statement(s, channel, first=True)
 
 
