@@ -282,14 +282,18 @@ class PartitionWorker:
         target = lane.engine.targets.find(chain[0].target)  # a chain is one target's key
         if target is None:
             return out
-        pauses, outcomes = lane.pauses, lane.outcomes
+        pauses, outcomes, clock = lane.pauses, lane.outcomes, lane.clock
+        now = clock.now()  # then read once per row, after its run: its outcome's stamp
         for job in chain:
-            if not self._may_send():
+            # `_may_send`, its common case (not lost, before the send deadline) inline,
+            # on the clock read when the row before ended (nothing waited since)
+            if (self.lost or now >= self._send_deadline) and not self._may_send():
                 break  # the lease ends (by this pod's clock) before this send could finish
             if pauses.is_paused(job.target) and job.id not in probes:
                 break  # the target was paused in this round: skip the rest of its batch
             run = await outcomes.run(target, job)
-            outcome = outcomes.judge(target, job, run)
+            now = clock.now()
+            outcome = outcomes.judge(target, job, run, now)
             out.append(_Ran(job, target, run, outcome))
             if outcome.label != "ok":
                 break  # a failed row stops the later versions of its key
@@ -361,10 +365,14 @@ class PartitionWorker:
             self._unreleased.extend(releases)
             raise
         lost: set[str] = set()
+        outcomes = lane.outcomes
+        quiet_ok = outcomes.quiet_ok()  # then an applied "ok" has nothing to finish
         for item, ok in zip(ran, flags, strict=False):
-            lane.outcomes.finish(item.job, item.run, item.outcome, ok)
             if not ok:
                 lost.add(item.job.id)
+            elif quiet_ok and item.outcome.label == "ok" and not item.outcome.dead:
+                continue
+            outcomes.finish(item.job, item.run, item.outcome, ok)
         for release, ok in zip(releases, flags[len(ran) :], strict=False):
             if not ok:  # changed by someone else (a takeover): not ours to send
                 lost.add(release.stream.partition(":")[2])

@@ -11,10 +11,11 @@ The lanes only choose *when* to run and *how many* changes share a commit.
 from __future__ import annotations
 
 import logging
-import time
+from datetime import datetime
+from time import perf_counter
 from typing import TYPE_CHECKING
 
-from jobledger.core import context
+from jobledger.core.context import enter_job, leave
 from jobledger.core.registry import Target
 from jobledger.domain import job_outcomes
 from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
@@ -69,9 +70,9 @@ class OutcomePath:
 
     async def run(self, target: Target, job: Job) -> RunResult:
         """Run `target`'s handler for `job` under the enqueuer's trace and actor."""
-        started = time.perf_counter()
+        started = perf_counter()
         error: BaseException | None = None
-        token = context.enter_job(job.trace_id, job.traceparent, job.actor)
+        token = enter_job(job.trace_id, job.traceparent, job.actor)
         try:
             if self.engine.observers.observers:  # a tracing observer opens the run span
                 with traced_run(self.engine.observers, job) as span:  # spans nest under it
@@ -88,8 +89,10 @@ class OutcomePath:
                 except (Exception, SystemExit) as exc:
                     error = exc
         finally:
-            context.leave(token)
-        return classify(error, (time.perf_counter() - started) * 1000.0)
+            leave(token)
+        if error is None:  # classify's first case, without the call
+            return RunResult(Result.OK, None, False, (perf_counter() - started) * 1000.0)
+        return classify(error, (perf_counter() - started) * 1000.0)
 
     def policy(self, target: Target, job: Job) -> OutcomePolicy:
         return OutcomePolicy(
@@ -98,22 +101,32 @@ class OutcomePath:
             self.engine.settings.retry_delays_minutes,
         )
 
-    def judge(self, target: Target, job: Job, run: RunResult) -> Outcome:
-        """The decision for one run, and its effect on the target's pause state.
+    def judge(
+        self, target: Target, job: Job, run: RunResult, now: datetime | None = None
+    ) -> Outcome:
+        """The decision for one run, and its effect on the target's pause state; `now`,
+        the clock read once the run ended, if the caller has it (the fast lane's chain
+        reads it once for this stamp and its next send's lease check).
 
         The pause takes effect at once, before the change is written, so the rest of
         the target's batch is skipped while the commit is still on its way.
         """
-        stamp = Stamp(self.engine.clock.now(), SYSTEM, job.trace_id)
+        stamp = Stamp(self.engine.clock.now() if now is None else now, SYSTEM, job.trace_id)
         if run.result == Result.OK:  # the common case needs no policy
             outcome = job_outcomes.succeeded(job, run, stamp)
-        else:
-            outcome = job_outcomes.decide_outcome(job, run, self.policy(target, job), stamp)
+            self.pauses.resume(job.target)  # the target answered
+            return outcome
+        outcome = job_outcomes.decide_outcome(job, run, self.policy(target, job), stamp)
         if outcome.pause_target:
             self.pauses.pause(job.target)
-        elif run.result in (Result.OK, Result.ANSWERED, Result.SKIPPED):
+        elif run.result in (Result.ANSWERED, Result.SKIPPED):
             self.pauses.resume(job.target)  # the target answered
         return outcome
+
+    def quiet_ok(self) -> bool:
+        """Whether `finish` of an applied "ok" outcome does nothing (no observer, the run
+        line's level off): the lanes then skip the call per row. Asked once per commit."""
+        return not self._recorded("ok")
 
     def finish(self, job: Job, run: RunResult, outcome: Outcome, applied: bool) -> None:
         """The run line, observers and the DEAD alert once the change was written (or
