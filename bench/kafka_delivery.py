@@ -20,7 +20,9 @@ counter of rows run, then waits until the store has no row due (every outcome wr
 No observer is registered (one would make the outcome path build a record per job).
 
 Both Kafka topics are read back afterwards to check every key's versions arrived in
-order. Prints records/s and this process's CPU µs/record of each path, the engine/raw
+order. Prints records/s and this process's CPU µs/record of each path (and per record
+where the rest of its wall time went: this process off CPU, the broker's CPU, the CPU of
+the store's own PostgreSQL backends, all on the same 2 cores), the engine/raw
 ratio (goal for at-least-once: >= 0.30) by wall clock and by CPU per record (the steadier
 figure on a shared machine) and, with several rounds, the medians. `--store postgres`
 uses a fresh schema per run (bench/drain.py's fresh_store), dropped afterwards. `--profile kafka|noop` runs
