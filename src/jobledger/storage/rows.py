@@ -17,6 +17,7 @@ from jobledger.domain.jobs import JOB_FIELDS as JOB_FIELDS  # the record's field
 from jobledger.domain.jobs import TRANSITION_FIELDS, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms
+from jobledger.storage.jsontext import loads as json_loads
 
 SCHEDULE_FIELDS = (
     "code",
@@ -213,6 +214,82 @@ def job_from_row(row: tuple[Any, ...] | list[Any]) -> Job:
         inflight_token,
         running_code,
         as_utc(closed_at),
+    )
+
+
+def job_from_text_row(row: tuple[Any, ...]) -> Job:
+    """`job_from_row` for a row whose JSON columns (payload, headers, actor) are their
+    text, as the PostgreSQL store selects them (`JOB_SELECT`): psycopg's C text loader
+    hands them over and `jsontext.loads` parses each once, instead of psycopg's json
+    loaders going through Python per value. The three NOT NULL times in UTC at whole
+    milliseconds (a UTC session reading what this package wrote) pass as they are,
+    anything else through `as_utc`."""
+    (
+        job_id,
+        code,
+        target,
+        lane,
+        key,
+        partition,
+        version,
+        payload,
+        dedupe_key,
+        status,
+        attempts,
+        next_run_at,
+        created_at,
+        updated_at,
+        stream_version,
+        last_hash,
+        headers,
+        trace_id,
+        traceparent,
+        actor,
+        last_error,
+        dead_reason,
+        claimed_by,
+        claim_token,
+        lease_until,
+        inflight_token,
+        running_code,
+        closed_at,
+    ) = row
+    utc: Callable[[Any], Any] = as_utc
+    return Job(
+        job_id,
+        code,
+        target,
+        _LANES.get(lane) or Lane(lane),
+        key,
+        partition,
+        version or 0,
+        None if payload is None else json_loads(payload),
+        dedupe_key,
+        _STATUSES.get(status) or JobStatus(status),
+        attempts,
+        next_run_at
+        if next_run_at.tzinfo is UTC and not next_run_at.microsecond % 1000
+        else utc(next_run_at),
+        created_at
+        if created_at.tzinfo is UTC and not created_at.microsecond % 1000
+        else utc(created_at),
+        updated_at
+        if updated_at.tzinfo is UTC and not updated_at.microsecond % 1000
+        else utc(updated_at),
+        stream_version,
+        last_hash,
+        None if headers is None else json_loads(headers),
+        trace_id,
+        traceparent,
+        None if actor is None else actor_from_json(json_loads(actor)),
+        last_error,
+        dead_reason,
+        claimed_by,
+        claim_token,
+        None if lease_until is None else as_utc(lease_until),
+        inflight_token,
+        running_code,
+        None if closed_at is None else as_utc(closed_at),
     )
 
 

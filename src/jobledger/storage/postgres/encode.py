@@ -23,7 +23,6 @@ from jobledger.storage.postgres.mark_statement import hint_payload
 from jobledger.storage.rows import (
     JOB_FIELDS,
     dedupe_key_of,
-    event_to_dict,
     job_to_dict,
     job_transition_dict,
     schedule_to_dict,
@@ -265,7 +264,11 @@ def wake_params(changes: Sequence[Change]) -> dict[str, list[Any]]:
 
 
 def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
-    """The parameters for one apply statement; `items` are (index, change), one per stream."""
+    """The parameters for one apply statement; `items` are (index, change), one per stream.
+
+    Each event's record is built in one dict display (`rows.event_to_dict`'s fields but
+    the position, then the statement's own): a fast-lane outcome batch encodes one per
+    job it ran."""
     changes: list[dict[str, Any]] = []
     jobs: list[dict[str, Any]] = []
     schedules: list[dict[str, Any]] = []
@@ -273,6 +276,10 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
     for index, change in items:
         kind, _, ident = change.stream.partition(":")
         row = change.row
+        is_new = change.expected_version == 0  # `Change.is_new`
+        # a closed stream's append is an insert like a new stream's first event: the
+        # log's unique (stream, version) refuses it if the stream moved on
+        opens = is_new or change.closed_stream
         changes.append(
             {
                 "i": index,
@@ -280,9 +287,7 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
                 "kind": kind,
                 "ident": ident,
                 "expected": change.expected_version,
-                # a closed stream's append is an insert like a new stream's first event:
-                # the log's unique (stream, version) refuses it if the stream moved on
-                "isnew": change.is_new or change.closed_stream,
+                "isnew": opens,
                 "del": row is None,
                 "part": change.partition,
                 "lane": row.lane.value if isinstance(row, Job) else None,
@@ -290,24 +295,39 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
         )
         if isinstance(row, Job):
             # an update rewrites only what a transition can change
-            jobs.append(job_record(row) if change.is_new else job_transition_dict(row))
+            jobs.append(job_record(row) if is_new else job_transition_dict(row))
         elif isinstance(row, Schedule):
             schedules.append(schedule_to_dict(row))
         for n, event in enumerate(change.events):
-            record = event_to_dict(event)
-            first_new = (change.is_new or change.closed_stream) and n == 0
-            record.pop("position")
-            record["i"] = index
-            record["slot"] = len(events)
-            record["fst"] = first_new
-            record["dedupe_key"] = _dedupe_key(change, n, event)
-            events.append(record)
+            events.append(
+                {
+                    "stream": event.stream,
+                    "version": event.version,
+                    "type": event.type,
+                    "data": dict(event.data),
+                    "at": event.at,
+                    "actor": actor_json(event.actor),
+                    "trace_id": event.trace_id,
+                    "prev_hash": event.prev_hash,
+                    "hash": event.hash,
+                    "i": index,
+                    "slot": len(events),
+                    "fst": opens and n == 0,
+                    # `_dedupe_key`: None unless a JobEnqueued or a new stream's first
+                    "dedupe_key": _dedupe_key(change, n, event)
+                    if event.type == _ENQUEUED or (is_new and n == 0)
+                    else None,
+                }
+            )
     return {
         "changes": dumps(changes),
         "jobs": dumps(jobs),
         "schedules": dumps(schedules),
         "events": dumps(events),
     }
+
+
+_ENQUEUED: str = EventType.JOB_ENQUEUED
 
 
 def rounds(changes: Sequence[Change]) -> list[list[tuple[int, Change]]]:

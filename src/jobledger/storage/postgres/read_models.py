@@ -32,7 +32,7 @@ from jobledger.storage.rows import (
 class ReadModels(PgBase):
     async def get_job(self, job_id: str) -> Job | None:
         found = await self._jobs(
-            f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs WHERE id = %s", (job_id,)
+            f"SELECT {statements.JOB_SELECT} FROM {self.s}.jobs WHERE id = %s", (job_id,)
         )
         return found[0] if found else None
 
@@ -82,7 +82,7 @@ class ReadModels(PgBase):
             keyset += " AND id > %(after)s"
             params["after"] = after
         page = (
-            f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs WHERE {cond}{keyset}"
+            f"SELECT {statements.JOB_SELECT} FROM {self.s}.jobs WHERE {cond}{keyset}"
             f" ORDER BY id {'ASC' if after is not None else 'DESC'}"
             " OFFSET %(offset)s LIMIT %(limit)s"
         )
@@ -96,7 +96,7 @@ class ReadModels(PgBase):
         return page, count, params
 
     async def all_jobs(self) -> list[Job]:
-        return await self._jobs(f"SELECT {statements.JOB_COLUMNS} FROM {self.s}.jobs ORDER BY id")
+        return await self._jobs(f"SELECT {statements.JOB_SELECT} FROM {self.s}.jobs ORDER BY id")
 
     async def get_schedule(self, code: str) -> Schedule | None:
         rows = await self._rows(

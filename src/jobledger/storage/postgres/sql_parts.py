@@ -8,6 +8,13 @@ from jobledger.storage.postgres.schema import ORDINAL_BITS
 from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
 
 JOB_COLUMNS = ", ".join(JOB_FIELDS)
+#: `JOB_COLUMNS` as the reads select them: the JSON columns as their text (decoded by
+#: `rows.job_from_text_row`; `::text` of json is its text as stored, of jsonb what
+#: jsonb's output gives anyway)
+JOB_SELECT = ", ".join(
+    f"{name}::text AS {name}" if name in ("payload", "headers", "actor") else name
+    for name in JOB_FIELDS
+)
 SCHEDULE_COLUMNS = ", ".join(SCHEDULE_FIELDS)
 EVENT_COLUMNS = "position, stream, version, type, data, at, actor, trace_id, prev_hash, hash"
 EVENT_INSERT = EVENT_COLUMNS + ", dedupe_key"

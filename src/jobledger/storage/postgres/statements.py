@@ -23,6 +23,7 @@ from jobledger.storage.postgres.sql_parts import EVENT_COLUMNS as EVENT_COLUMNS
 from jobledger.storage.postgres.sql_parts import EVENT_INSERT, base, copy_types, notify
 from jobledger.storage.postgres.sql_parts import EVENT_TYPES as EVENT_TYPES
 from jobledger.storage.postgres.sql_parts import JOB_COLUMNS as JOB_COLUMNS
+from jobledger.storage.postgres.sql_parts import JOB_SELECT as JOB_SELECT
 from jobledger.storage.postgres.sql_parts import JOB_TYPES as JOB_TYPES
 from jobledger.storage.postgres.sql_parts import SCHEDULE_COLUMNS as SCHEDULE_COLUMNS
 from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
@@ -221,10 +222,10 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
             "unnest(%(parts)s::int[], %(lanes)s::text[]) AS x(part, lane)",
         )
         + ") n",
-        fast_pending_first=f"SELECT {JOB_COLUMNS} {pending} {order}",
-        fast_pending_after=f"SELECT {JOB_COLUMNS} {pending} AND order_key > %(after)s {order}",
+        fast_pending_first=f"SELECT {JOB_SELECT} {pending} {order}",
+        fast_pending_after=f"SELECT {JOB_SELECT} {pending} AND order_key > %(after)s {order}",
         long_candidates=f"""
-SELECT {JOB_COLUMNS} FROM (
+SELECT {JOB_SELECT} FROM (
   (SELECT * FROM {s}.jobs
     WHERE status = 'PENDING' AND lane = 'long' AND next_run_at <= %(now)s
     ORDER BY next_run_at, id LIMIT %(limit)s)
@@ -239,11 +240,11 @@ SELECT {JOB_COLUMNS} FROM (
         ),
         inflight=(
             # in-flight rows stay PENDING: the partial index jobs_fast_pending finds them
-            f"SELECT {JOB_COLUMNS} FROM {s}.jobs WHERE partition = %(p)s AND lane = 'fast'"
+            f"SELECT {JOB_SELECT} FROM {s}.jobs WHERE partition = %(p)s AND lane = 'fast'"
             " AND status = 'PENDING' AND inflight_token IS NOT NULL ORDER BY id"
         ),
         inflight_in=(
-            f"SELECT {JOB_COLUMNS} FROM {s}.jobs WHERE partition = ANY(%(parts)s)"
+            f"SELECT {JOB_SELECT} FROM {s}.jobs WHERE partition = ANY(%(parts)s)"
             " AND lane = 'fast' AND status = 'PENDING' AND inflight_token IS NOT NULL"
             " ORDER BY partition, id"
         ),
