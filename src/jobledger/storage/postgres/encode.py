@@ -333,6 +333,8 @@ _ENQUEUED: str = EventType.JOB_ENQUEUED
 def rounds(changes: Sequence[Change]) -> list[list[tuple[int, Change]]]:
     """Split `changes` so no stream appears twice in one statement (round k holds the
     k-th change of each stream); usually a single round."""
+    if changes and len({change.stream for change in changes}) == len(changes):
+        return [list(enumerate(changes))]  # every stream once: the one round, in order
     out: list[list[tuple[int, Change]]] = []
     seen: dict[str, int] = {}
     for index, change in enumerate(changes):

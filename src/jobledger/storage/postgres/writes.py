@@ -83,9 +83,12 @@ class WritePath(PgBase):
                     await cur.execute(self.sql.guarded_update, params)
                     return [await cur.fetchone() is not None]
             plan = encode.rounds(changes)
-            if len(plan) == 1 and not any(encode.is_running_code(c) for c in changes):
+            if len(plan) == 1 and not any(map(encode.is_running_code, changes)):
                 # one statement in autocommit: it is its own transaction
-                return await self._apply_on(conn, changes, guard, plan)
+                flags = [False] * len(changes)
+                for i in await self._statement(conn, plan[0], guard):
+                    flags[i] = True
+                return flags
             async with conn.transaction():
                 return await self._apply_on(conn, changes, guard, plan)
 
