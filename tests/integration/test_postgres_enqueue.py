@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -27,18 +25,11 @@ from jobledger.storage.postgres.statements import (
 )
 from jobledger.storage.postgres.store import COPY_FROM
 from jobledger.storage.rows import JOB_FIELDS
-from tests.factories.postgres import business_count, business_write, make_store
+from tests.factories.postgres import business_count, business_write
 
 pytestmark = pytest.mark.postgres
 
 _TYPE_NAMES = {"timestamptz": "timestamp with time zone"}
-
-
-@pytest.fixture
-async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
-    async with make_store(tmp_path) as store:
-        assert isinstance(store, PostgresStore)
-        yield store
 
 
 async def column_types(pg: PostgresStore, table: str) -> dict[str, str]:

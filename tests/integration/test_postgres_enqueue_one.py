@@ -6,9 +6,7 @@ statement."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -17,16 +15,8 @@ from jobledger.domain import job_commands
 from jobledger.domain.events import Actor, verify_chain
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.storage.postgres import PostgresStore, encode
-from tests.factories.postgres import make_store
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
-    async with make_store(tmp_path) as store:
-        assert isinstance(store, PostgresStore)
-        yield store
 
 
 def opening(

@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -31,19 +30,15 @@ from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.listen import parse_wake
 from jobledger.storage.postgres.mark_statement import hint_payload
 from tests.contract.lanes_kit import Recorder, until
-from tests.factories.postgres import make_store
 
 pytestmark = pytest.mark.postgres
 
 POD = "pod-a"
 
 
-@pytest.fixture
-async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
-    async with make_store(tmp_path) as store:
-        assert isinstance(store, PostgresStore)
-        await store.seed_partitions(store.partitions)
-        yield store
+@pytest.fixture(autouse=True)
+async def _seeded(pg: PostgresStore) -> None:
+    await pg.seed_partitions(pg.partitions)
 
 
 def opened(

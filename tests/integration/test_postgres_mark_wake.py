@@ -9,44 +9,30 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.core.ids import new_id, new_token
+from jobledger.core.ids import new_token
 from jobledger.domain import job_commands
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
-from jobledger.domain.policies import partition_of
+from jobledger.domain.jobs import Job, Stamp
 from jobledger.storage.port import LeaseGuard, Wake
 from jobledger.storage.postgres import PostgresStore
-from tests.factories.postgres import make_store
+from tests.contract.helpers import new_job
 
 pytestmark = pytest.mark.postgres
 
 POD = "pod-a"
 
 
-@pytest.fixture
-async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
-    async with make_store(tmp_path) as store:
-        assert isinstance(store, PostgresStore)
-        await store.seed_partitions(store.partitions)
-        yield store
+@pytest.fixture(autouse=True)
+async def _seeded(pg: PostgresStore) -> None:
+    await pg.seed_partitions(pg.partitions)
 
 
 async def written(pg: PostgresStore, clock: FakeClock, key: str) -> Job:
-    job_id = new_id(int(clock.now().timestamp() * 1000))
-    change = job_commands.enqueued(
-        job_id=job_id,
-        spec=NewJob("kafka:m", {"k": key}, key=key),
-        code="kafka:m",
-        lane=Lane.FAST,
-        partition=partition_of(key, job_id),
-        dedupe_key=job_id,
-        stamp=Stamp(clock.now()),
-    )
+    change = new_job(clock, target="kafka:m", key=key)
     assert await pg.apply([change]) == [True]
     row = change.row
     assert isinstance(row, Job)

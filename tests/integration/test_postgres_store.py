@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -23,16 +22,9 @@ from jobledger.storage.port import EVERYTHING, LeaseGuard, Wake
 from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.schema import LATEST, migrate
 from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
-from tests.factories.postgres import business_count, business_write, fresh_schema, make_store
+from tests.factories.postgres import business_count, business_write, fresh_schema
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-async def pg(tmp_path: Path) -> AsyncIterator[PostgresStore]:
-    async with make_store(tmp_path) as store:
-        assert isinstance(store, PostgresStore)
-        yield store
 
 
 def new_job(

@@ -151,9 +151,11 @@ def job_from_dict(record: dict[str, Any]) -> Job:
     return job_from_row([get(name) for name in JOB_FIELDS])
 
 
-def job_from_row(row: tuple[Any, ...] | list[Any]) -> Job:
+def job_from_row(row: tuple[Any, ...] | list[Any], *, json_text: bool = False) -> Job:
     """A row whose values are in `JOB_FIELDS` order back as a `Job`: `job_from_dict`
-    without the dict (the lanes' hot path on SQL stores)."""
+    without the dict (the lanes' hot path on SQL stores). With `json_text` the JSON
+    columns (payload, headers, actor) are their text, parsed here once
+    (`job_from_text_row`)."""
     (
         job_id,
         code,
@@ -184,7 +186,13 @@ def job_from_row(row: tuple[Any, ...] | list[Any]) -> Job:
         running_code,
         closed_at,
     ) = row
-    utc: Callable[[Any], Any] = as_utc  # the three NOT NULL times come back non-None
+    if json_text:
+        payload = None if payload is None else json_loads(payload)
+        headers = None if headers is None else json_loads(headers)
+        actor = None if actor is None else json_loads(actor)
+    # the three NOT NULL times: one in UTC at whole milliseconds (what this package
+    # wrote, read back in a UTC session) passes as it is, anything else via `as_utc`
+    utc: Callable[[Any], Any] = as_utc
     return Job(
         job_id,
         code,
@@ -197,9 +205,21 @@ def job_from_row(row: tuple[Any, ...] | list[Any]) -> Job:
         dedupe_key,
         _STATUSES.get(status) or JobStatus(status),
         attempts,
-        utc(next_run_at),
-        utc(created_at),
-        utc(updated_at),
+        next_run_at
+        if type(next_run_at) is datetime
+        and next_run_at.tzinfo is UTC
+        and not next_run_at.microsecond % 1000
+        else utc(next_run_at),
+        created_at
+        if type(created_at) is datetime
+        and created_at.tzinfo is UTC
+        and not created_at.microsecond % 1000
+        else utc(created_at),
+        updated_at
+        if type(updated_at) is datetime
+        and updated_at.tzinfo is UTC
+        and not updated_at.microsecond % 1000
+        else utc(updated_at),
         stream_version,
         last_hash,
         headers,
@@ -221,76 +241,8 @@ def job_from_text_row(row: tuple[Any, ...]) -> Job:
     """`job_from_row` for a row whose JSON columns (payload, headers, actor) are their
     text, as the PostgreSQL store selects them (`JOB_SELECT`): psycopg's C text loader
     hands them over and `jsontext.loads` parses each once, instead of psycopg's json
-    loaders going through Python per value. The three NOT NULL times in UTC at whole
-    milliseconds (a UTC session reading what this package wrote) pass as they are,
-    anything else through `as_utc`."""
-    (
-        job_id,
-        code,
-        target,
-        lane,
-        key,
-        partition,
-        version,
-        payload,
-        dedupe_key,
-        status,
-        attempts,
-        next_run_at,
-        created_at,
-        updated_at,
-        stream_version,
-        last_hash,
-        headers,
-        trace_id,
-        traceparent,
-        actor,
-        last_error,
-        dead_reason,
-        claimed_by,
-        claim_token,
-        lease_until,
-        inflight_token,
-        running_code,
-        closed_at,
-    ) = row
-    utc: Callable[[Any], Any] = as_utc
-    return Job(
-        job_id,
-        code,
-        target,
-        _LANES.get(lane) or Lane(lane),
-        key,
-        partition,
-        version or 0,
-        None if payload is None else json_loads(payload),
-        dedupe_key,
-        _STATUSES.get(status) or JobStatus(status),
-        attempts,
-        next_run_at
-        if next_run_at.tzinfo is UTC and not next_run_at.microsecond % 1000
-        else utc(next_run_at),
-        created_at
-        if created_at.tzinfo is UTC and not created_at.microsecond % 1000
-        else utc(created_at),
-        updated_at
-        if updated_at.tzinfo is UTC and not updated_at.microsecond % 1000
-        else utc(updated_at),
-        stream_version,
-        last_hash,
-        None if headers is None else json_loads(headers),
-        trace_id,
-        traceparent,
-        None if actor is None else actor_from_json(json_loads(actor)),
-        last_error,
-        dead_reason,
-        claimed_by,
-        claim_token,
-        None if lease_until is None else as_utc(lease_until),
-        inflight_token,
-        running_code,
-        None if closed_at is None else as_utc(closed_at),
-    )
+    loaders going through Python per value."""
+    return job_from_row(row, json_text=True)
 
 
 def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
@@ -316,9 +268,14 @@ def schedule_from_dict(record: dict[str, Any]) -> Schedule:
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    """`EVENT_FIELDS` of `event` (every outcome batch encodes one per event: no loop)."""
+    """`EVENT_FIELDS` of `event`."""
+    return {"position": event.position, **event_record(event)}
+
+
+def event_record(event: Event) -> dict[str, Any]:
+    """`EVENT_FIELDS` of `event` but its position (an outcome batch encodes one per
+    event, the store assigns the position: no loop)."""
     return {
-        "position": event.position,
         "stream": event.stream,
         "version": event.version,
         "type": event.type,

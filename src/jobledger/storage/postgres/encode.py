@@ -23,6 +23,7 @@ from jobledger.storage.postgres.mark_statement import hint_payload
 from jobledger.storage.rows import (
     JOB_FIELDS,
     dedupe_key_of,
+    event_record,
     job_to_dict,
     job_transition_dict,
     schedule_to_dict,
@@ -301,15 +302,7 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
         for n, event in enumerate(change.events):
             events.append(
                 {
-                    "stream": event.stream,
-                    "version": event.version,
-                    "type": event.type,
-                    "data": dict(event.data),
-                    "at": event.at,
-                    "actor": actor_json(event.actor),
-                    "trace_id": event.trace_id,
-                    "prev_hash": event.prev_hash,
-                    "hash": event.hash,
+                    **event_record(event),
                     "i": index,
                     "slot": len(events),
                     "fst": opens and n == 0,
