@@ -28,6 +28,7 @@ from jobledger.engine import Engine
 from jobledger.observability.observe import Observer
 from jobledger.reactors.runtime import Runtime
 from jobledger.reactors.scheduler import Scheduler, SlotRun
+from jobledger.storage.feed import Subscription
 from jobledger.storage.port import JobFilter, Store
 from tests.contract.conftest import Kit
 
@@ -647,6 +648,38 @@ async def test_ticker_fires_on_the_timer_and_on_admin_changes(
         await until(lambda: armed_for(60.0))
         clock.set(utc(2026, 3, 2, 10, 1, 0))
         await until(lambda: _eq(jobs, 2))
+    finally:
+        await scheduler.stop()
+
+
+async def test_a_change_right_after_start_wakes_the_ticker(
+    store: Store, clock: FakeClock, monkeypatch: Any
+) -> None:
+    """`start()` returns once the ticker is subscribed to the change feed: an admin
+    change committed right after it (here while subscribing is slow, as a LISTEN
+    connection being set up) wakes the ticker. It used to subscribe in the background,
+    so such a change went unseen until the next tick interval (seen as a flaky test
+    under load)."""
+    real_open = Subscription.open
+
+    async def slow_open(self: Subscription) -> Subscription:
+        await asyncio.sleep(1.0)
+        return await real_open(self)
+
+    monkeypatch.setattr(Subscription, "open", slow_open)
+    scheduler = Scheduler(make_engine(store, clock, schedule_tick_s=86_400.0))
+    scheduler.declare("report", "0 * * * *", Slots())
+    await scheduler.start()
+    try:
+
+        async def armed_for(seconds: float) -> bool:
+            return abs(scheduler.delay() - seconds) < 1.0
+
+        await until(lambda: armed_for(3600.0))  # 09:00 → the 10:00 slot
+        other = Scheduler(make_engine(store, clock))
+        other.declare("report", "0 * * * *", Slots())
+        await other.set_cron_override("report", "* * * * *", ADMIN)
+        await until(lambda: armed_for(60.0))
     finally:
         await scheduler.stop()
 

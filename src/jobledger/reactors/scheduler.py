@@ -40,6 +40,7 @@ from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
 from jobledger.domain.timeutil import at_ms
 from jobledger.reactors.schedule_commands import CAS_RETRIES, ScheduleCommands
 from jobledger.reactors.waiting import wait_for
+from jobledger.storage.feed import Subscription
 from jobledger.storage.port import JobFilter, Wake
 
 if TYPE_CHECKING:
@@ -322,7 +323,17 @@ class Scheduler(ScheduleCommands):
         if not self.settings.workers or self._task is not None:
             return
         self._stopping = False
-        self._feed_task = asyncio.create_task(self._watch_feed(), name="jobledger-schedule-feed")
+        # subscribed before the first tick: a change committed once start() returned
+        # wakes the ticker (in the background it could miss one until the next interval)
+        feed = self.store.feed()
+        feed.on_wake = self._on_wake  # as published: no task woken per wake-up
+        try:
+            await feed.open()
+        except Exception:
+            logger.exception("schedule feed could not subscribe; the timer still ticks")
+        self._feed_task = asyncio.create_task(
+            self._watch_feed(feed), name="jobledger-schedule-feed"
+        )
         self._task = asyncio.create_task(self._loop(), name="jobledger-scheduler")
 
     async def stop(self) -> None:
@@ -363,13 +374,13 @@ class Scheduler(ScheduleCommands):
         if wake.schedules:
             self._wake.set()
 
-    async def _watch_feed(self) -> None:
+    async def _watch_feed(self, feed: Subscription) -> None:
         try:
-            feed = self.store.feed()
-            feed.on_wake = self._on_wake  # as published: no task woken per wake-up
-            async for wake in feed:
+            async for wake in feed:  # (re)opens it if `start` could not
                 self._on_wake(wake)
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("schedule feed stopped; the timer still ticks")
+        finally:  # cancelled before its first read, it still leaves the feed
+            await asyncio.shield(feed.aclose())
