@@ -285,9 +285,8 @@ class PartitionWorker:
         pauses, outcomes, clock = lane.pauses, lane.outcomes, lane.clock
         now = clock.now()  # then read once per row, after its run: its outcome's stamp
         for job in chain:
-            # `_may_send`, its common case (not lost, before the send deadline) inline,
             # on the clock read when the row before ended (nothing waited since)
-            if (self.lost or now >= self._send_deadline) and not self._may_send():
+            if not self._may_send(now):
                 break  # the lease ends (by this pod's clock) before this send could finish
             if pauses.is_paused(job.target) and job.id not in probes:
                 break  # the target was paused in this round: skip the rest of its batch
@@ -299,15 +298,16 @@ class PartitionWorker:
                 break  # a failed row stops the later versions of its key
         return out
 
-    def _may_send(self) -> bool:
+    def _may_send(self, now: datetime | None = None) -> bool:
         """Whether a send may start now: the lease, by this pod's clock, has more than
         its safety margin left (`policies.send_deadline`). Past it, the worker stops: it
         sends no further row of the partition (the heartbeat starts a fresh worker if the
-        store renewed the lease after all)."""
+        store renewed the lease after all). `now`: the clock read just before, if the
+        caller has one."""
         if self.lost:
             return False
         lane = self.lane
-        if lane.clock.now() < self._send_deadline:  # send_deadline(lease_until)
+        if (lane.clock.now() if now is None else now) < self._send_deadline:
             return True
         self.lost = True
         self.stopping = True

@@ -149,9 +149,10 @@ class PartitionLeases:
                     for partition in await self.store.take_partitions(ask, self.pod, now, until):
                         self.owned[partition] = until
                         taken.append(partition)
-            finally:  # a slice that failed does not hide the slices taken before it
-                if taken:
-                    await self.listener.acquired(sorted(taken), until)
+            except Exception:  # a slice that failed does not hide the slices taken before it
+                logger.exception("taking partitions failed; the next beat tries again")
+            if taken:
+                await self.listener.acquired(sorted(taken), until)
         elif mine > target:
             for partition in sorted(self.owned, reverse=True):
                 if len(self.owned) <= target:

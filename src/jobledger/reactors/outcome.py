@@ -90,8 +90,6 @@ class OutcomePath:
                     error = exc
         finally:
             leave(token)
-        if error is None:  # classify's first case, without the call
-            return RunResult(Result.OK, None, False, (perf_counter() - started) * 1000.0)
         return classify(error, (perf_counter() - started) * 1000.0)
 
     def policy(self, target: Target, job: Job) -> OutcomePolicy:

@@ -376,7 +376,7 @@ class Scheduler(ScheduleCommands):
 
     async def _watch_feed(self, feed: Subscription) -> None:
         try:
-            async for wake in feed:  # (re)opens it if `start` could not
+            async for wake in feed:
                 self._on_wake(wake)
         except asyncio.CancelledError:
             raise
