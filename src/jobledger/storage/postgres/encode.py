@@ -55,6 +55,7 @@ def opens_job(change: Change) -> bool:
 _PAYLOAD = JOB_FIELDS.index("payload")
 #: the jsonb columns of `jobs` (the payload is json: its text is kept, see migration 3)
 _JSONB_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("headers", "actor"))
+_JSON_FIELDS = (_PAYLOAD, *_JSONB_FIELDS)
 
 
 def _job_values(job: Job) -> list[Any]:
@@ -135,14 +136,10 @@ def one_params(change: Change) -> list[Any]:
     as their text, the payload's the same as in the event's data, as `job_copy_row`
     writes it), then the wake-up's payload (`mark_statement.hint_payload`: the row)."""
     job: Job = change.row
-    row = list(_row_values(job))
-    row[_LANE], row[_STATUS] = job.lane.value, job.status.value
-    if job.payload is not None:
-        row[_PAYLOAD] = dumps(job.payload)
-    if job.headers is not None:
-        row[_HEADERS] = dumps(dict(job.headers))
-    if job.actor is not None:
-        row[_ACTOR] = dumps(actor_json(job.actor))
+    row = _job_values(job)
+    for k in _JSON_FIELDS:
+        if row[k] is not None:
+            row[k] = dumps(row[k])
     return [
         *_first_event_columns(change, dumps),
         *_one_job_values(row),
@@ -151,11 +148,6 @@ def one_params(change: Change) -> list[Any]:
     ]
 
 
-#: a job's `JOB_FIELDS` values in that order (`rows.job_to_dict` without the dict)
-_row_values = operator.attrgetter(*JOB_FIELDS)
-_LANE, _STATUS, _HEADERS, _ACTOR = (
-    JOB_FIELDS.index(f) for f in ("lane", "status", "headers", "actor")
-)
 #: `ONE_JOB_FIELDS` but the order key, from such values
 _one_job_values = operator.itemgetter(*(JOB_FIELDS.index(f) for f in ONE_JOB_FIELDS[:-1]))
 
@@ -277,10 +269,9 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
     for index, change in items:
         kind, _, ident = change.stream.partition(":")
         row = change.row
-        is_new = change.expected_version == 0  # `Change.is_new`
         # a closed stream's append is an insert like a new stream's first event: the
         # log's unique (stream, version) refuses it if the stream moved on
-        opens = is_new or change.closed_stream
+        opens = change.is_new or change.closed_stream
         changes.append(
             {
                 "i": index,
@@ -296,7 +287,7 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
         )
         if isinstance(row, Job):
             # an update rewrites only what a transition can change
-            jobs.append(job_record(row) if is_new else job_transition_dict(row))
+            jobs.append(job_record(row) if change.is_new else job_transition_dict(row))
         elif isinstance(row, Schedule):
             schedules.append(schedule_to_dict(row))
         for n, event in enumerate(change.events):
@@ -306,10 +297,7 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
                     "i": index,
                     "slot": len(events),
                     "fst": opens and n == 0,
-                    # `_dedupe_key`: None unless a JobEnqueued or a new stream's first
-                    "dedupe_key": _dedupe_key(change, n, event)
-                    if event.type == _ENQUEUED or (is_new and n == 0)
-                    else None,
+                    "dedupe_key": _dedupe_key(change, n, event),
                 }
             )
     return {
@@ -318,9 +306,6 @@ def encode(items: Sequence[tuple[int, Change]]) -> dict[str, str]:
         "schedules": dumps(schedules),
         "events": dumps(events),
     }
-
-
-_ENQUEUED: str = EventType.JOB_ENQUEUED
 
 
 def rounds(changes: Sequence[Change]) -> list[list[tuple[int, Change]]]:
