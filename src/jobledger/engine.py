@@ -26,8 +26,9 @@ from jobledger.core.registry import TargetRegistry
 from jobledger.domain import job_commands
 from jobledger.domain.enqueue_rules import check_new_job
 from jobledger.domain.errors import InvalidArgument
-from jobledger.domain.jobs import Change, NewJob, Stamp
+from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
+from jobledger.domain.records import fast_init
 from jobledger.observability.observe import Observers
 from jobledger.observability.tracing_spans import enqueue_traceparent, tracing_of
 from jobledger.storage.port import Store, Transaction
@@ -35,6 +36,7 @@ from jobledger.storage.port import Store, Transaction
 logger = logging.getLogger("jobledger.enqueue")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     """What `enqueue` did with one item (reference: `{inserted, lossy}`).
@@ -47,6 +49,9 @@ class Enqueued:
     job_id: str | None
     inserted: bool
     lossy: bool = False
+
+
+_NOT_ENQUEUED = Enqueued(None, False)
 
 
 @dataclass(slots=True)
@@ -123,26 +128,29 @@ class Engine:
         holders: dict[str, str] = {}
         if plan.changes:
             flags = await self.store.append_in(tx, plan.changes)
-            lost = plan.lost_keys(flags)
-            holders = await self.store.dedupe_holders(tx, lost) if lost else {}
+            lost = plan.lost_keys(flags) if not all(flags) else []
+            if lost:
+                holders = await self.store.dedupe_holders(tx, lost)
         return self.settle_enqueue(plan, flags, holders, tx=tx)
 
     def plan_enqueue(self, items: Sequence[NewJob], *, tx: Any) -> EnqueuePlan:
         """Validate `items` and build their changes (no I/O): the first half of
         `enqueue_many`, shared with the sync path (jobledger.integrations.sync)."""
-        stamp = self._stamp()
         ctx = context.current()
+        stamp = self._stamp(ctx)
         tracing = tracing_of(self.observers)  # a producer span per job when tracing is on
         plan = EnqueuePlan([None] * len(items))
         lossy: list[tuple[int, NewJob]] = []
         first: dict[str, int] = {}  # dedupe key -> the item that has it first in this call
         at_ms = int(stamp.at.timestamp() * 1000)
+        max_payload_bytes = self.settings.max_payload_bytes
         for index, item in enumerate(items):
             target = self.targets.get(item.target)
-            typed = self.payload_types.get(item.target)
-            if typed is not None:
-                item = dataclasses.replace(item, payload=typed.encode(item.payload))
-            check_new_job(item, self.settings.max_payload_bytes)
+            if self.payload_types:
+                typed = self.payload_types.get(item.target)
+                if typed is not None:
+                    item = dataclasses.replace(item, payload=typed.encode(item.payload))
+            check_new_job(item, max_payload_bytes)
             if target.lossy:
                 lossy.append((index, item))
                 continue
@@ -157,6 +165,7 @@ class Engine:
                 job_id=job_id,
                 stamp=stamp,
                 traceparent=enqueue_traceparent(tracing, item.target, job_id, ctx.traceparent),
+                lane=target.lane,
             )
             plan.changes.append(change)
             plan.slots.append(index)
@@ -170,16 +179,19 @@ class Engine:
         """The results of `plan` once the store wrote it (`flags`, per change) and named
         the `holders` of the dedupe keys that lost: the second half of `enqueue_many`."""
         results = plan.results
+        written: list[Change] = []
         for index, change, ok in zip(plan.slots, plan.changes, flags, strict=True):
             if ok:
-                results[index] = Enqueued(change.stream.removeprefix("job:"), True)
+                results[index] = Enqueued(change.row.id, True)
+                written.append(change)
             else:
                 results[index] = Enqueued(holders.get(change.dedupe_key or ""), False)
         for index, earlier in plan.repeats:
             held = results[earlier]
             results[index] = Enqueued(held.job_id if held is not None else None, False)
-        self._report_enqueued(tx, [c for c, ok in zip(plan.changes, flags, strict=True) if ok])
-        return [r if r is not None else Enqueued(None, False) for r in results]
+        if written and self.observers.observers:
+            self._report_enqueued(tx, written)
+        return [r if r is not None else _NOT_ENQUEUED for r in results]
 
     def _report_enqueued(self, tx: Any, written: list[Change]) -> None:
         """`observers.enqueued` per target once the rows are committed (at once when
@@ -187,8 +199,6 @@ class Engine:
         counts: dict[str, int] = {}
         for change in written:
             counts[change.row.target] = counts.get(change.row.target, 0) + 1
-        if not counts:
-            return
 
         def report() -> None:
             for target, count in counts.items():
@@ -200,24 +210,30 @@ class Engine:
             report()
 
     def enqueued_change(
-        self, item: NewJob, *, job_id: str, stamp: Stamp, traceparent: str | None
+        self,
+        item: NewJob,
+        *,
+        job_id: str,
+        stamp: Stamp,
+        traceparent: str | None,
+        lane: Lane | None = None,
     ) -> Change:
-        """The JobEnqueued change for `item`: its target's lane, its code (the target by
-        default), its partition from `key`, or from the dedupe key when there is none."""
+        """The JobEnqueued change for `item`: its target's lane (`lane`, when the caller
+        looked the target up already), its code (the target by default), its partition
+        from `key`, or from the dedupe key when there is none."""
         dedupe = item.dedupe_key or job_id
         return job_commands.enqueued(
             job_id=job_id,
             spec=item,
             code=item.code or item.target,
-            lane=self.targets.get(item.target).lane,
+            lane=self.targets.get(item.target).lane if lane is None else lane,
             partition=partition_of(item.key, dedupe, self.settings.partitions),
             dedupe_key=dedupe,
             stamp=stamp,
             traceparent=traceparent,
         )
 
-    def _stamp(self) -> Stamp:
-        ctx = context.current()
+    def _stamp(self, ctx: context.RequestContext) -> Stamp:
         return Stamp(self.clock.now(), ctx.actor, ctx.trace_id or context.new_trace_id())
 
     def _hand_off_after_commit(

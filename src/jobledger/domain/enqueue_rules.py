@@ -39,6 +39,24 @@ from jobledger.domain.jobs import NewJob
 #: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
 #: payload check's text (ASCII, default separators) and its errors are the same
 _PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
+_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+#: `_PAYLOAD_JSON`'s C encoder, built once: the same arguments (no circular-reference
+#: markers: a circular payload recurses until `_payload_json` asks `_PAYLOAD_JSON`)
+_PAYLOAD_ENCODER: Any = (
+    _C_MAKE_ENCODER(
+        None,
+        _PAYLOAD_JSON.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        _PAYLOAD_JSON.key_separator,
+        _PAYLOAD_JSON.item_separator,
+        False,
+        False,
+        False,
+    )
+    if _C_MAKE_ENCODER is not None
+    else None
+)
 _SURROGATE_TEXT = "{} must not contain a lone surrogate (U+D800-U+DFFF): it is not UTF-8"
 _NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
 #: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)
@@ -53,6 +71,54 @@ MAX_HEADERS = 32
 def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
     """Raise InvalidArgument or InvalidPayload, naming the problem, for an item that
     cannot be enqueued (the target's existence is the registry's to check)."""
+    if not _plain_fields(item):  # the common item passes one cheap test
+        _check_fields(item)
+    try:
+        body = _payload_json(item.payload)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
+    size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
+    if size > max_payload_bytes:
+        raise InvalidPayload(
+            f"payload for {item.target!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
+        )
+    # pre-filters (the text; orjson refuses non-string keys and lone surrogates); the walk decides
+    if _MAYBE_UNSTORABLE.search(body) or not _string_keys_only(item.payload):
+        problem = _unstorable(item.payload)
+        if problem is not None:
+            raise InvalidPayload(f"payload for {item.target!r}: {problem}")
+
+
+#: texts of at most this many characters are within MAX_TEXT_BYTES whatever they hold
+_SHORT = MAX_TEXT_BYTES // 4
+
+
+def _plain_text(text: Any) -> bool:
+    """A key, dedupe key or code `_check_fields` passes: a non-empty short ASCII `str`
+    without U+0000 (anything else takes the full checks)."""
+    return type(text) is str and 0 < len(text) <= _SHORT and text.isascii() and "\x00" not in text
+
+
+def _plain_fields(item: NewJob) -> bool:
+    """Whether `_check_fields(item)` has nothing to say, by one cheap test that holds
+    for the usual item (no headers, no run_at, short ASCII texts); False sends the item
+    through `_check_fields`, which names the problem if there is one."""
+    version = item.version
+    return (
+        not item.headers
+        and item.run_at is None
+        and type(version) is int
+        and -(1 << 63) <= version < (1 << 63)
+        and len(item.target) <= _SHORT
+        and (item.key is None or _plain_text(item.key))
+        and (item.dedupe_key is None or _plain_text(item.dedupe_key))
+        and (item.code is None or _plain_text(item.code))
+    )
+
+
+def _check_fields(item: NewJob) -> None:
+    """Every rule on the item's fields but its payload, in order: the first broken one
+    raises."""
     if item.key is not None and not isinstance(item.key, str):
         raise InvalidArgument(f"key must be a string, not {type(item.key).__name__}")
     if item.key == "":
@@ -81,20 +147,19 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
     if any(text and _lone_surrogate(text) for text in texts):
         raise InvalidArgument(_SURROGATE_TEXT.format("key, dedupe_key, code and headers"))
     _check_sizes(item, headers)
+
+
+def _payload_json(payload: Any) -> str:
+    """`json.dumps(payload, allow_nan=False)`'s text through an encoder built once (the
+    standard one builds its C encoder and a closure on every call); a payload it cannot
+    encode goes through the standard encoder, whose error names the problem (a circular
+    reference, not the recursion the encoder without markers runs into)."""
+    if _PAYLOAD_ENCODER is None or isinstance(payload, str):
+        return _PAYLOAD_JSON.encode(payload)
     try:
-        body = _PAYLOAD_JSON.encode(item.payload)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
-    size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
-    if size > max_payload_bytes:
-        raise InvalidPayload(
-            f"payload for {item.target!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
-        )
-    # pre-filters (the text; orjson refuses non-string keys and lone surrogates); the walk decides
-    if _MAYBE_UNSTORABLE.search(body) or not _string_keys_only(item.payload):
-        problem = _unstorable(item.payload)
-        if problem is not None:
-            raise InvalidPayload(f"payload for {item.target!r}: {problem}")
+        return "".join(_PAYLOAD_ENCODER(payload, 0))
+    except (TypeError, ValueError, RecursionError):
+        return _PAYLOAD_JSON.encode(payload)
 
 
 def _check_run_at(run_at: Any) -> None:

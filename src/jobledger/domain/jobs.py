@@ -57,6 +57,9 @@ class DeliveryMode(enum.StrEnum):
     AT_LEAST_ONCE = "at_least_once"
 
 
+_LANES = {lane.value: lane for lane in Lane}  # `Lane(value)` without the enum call
+
+
 def job_stream(job_id: str) -> str:
     return f"job:{job_id}"
 
@@ -160,6 +163,7 @@ class Change:
         return self.expected_version == 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """What a business module asks for (reference §4 `enqueue`)."""
@@ -215,14 +219,9 @@ def evolve_source() -> str:
     return f"def evolve(job, c):\n    return Job(\n{args}    )\n"
 
 
-def _compile_evolve() -> Callable[[Job, dict[str, Any]], Job]:
-    evolve: Callable[[Job, dict[str, Any]], Job] = compile_generated(
-        evolve_source(), {"Job": Job}, "evolve", "evolve Job"
-    )
-    return evolve
-
-
-_evolve = _compile_evolve()
+_evolve: Callable[[Job, dict[str, Any]], Job] = compile_generated(
+    evolve_source(), {"Job": Job}, "evolve", "evolve Job"
+)
 
 
 def _changes_for(current: Callable[[str], Any], event: Event) -> dict[str, Any]:
@@ -287,7 +286,7 @@ def _enqueued_fields(event: Event) -> dict[str, Any]:
         "id": data["id"],
         "code": data["code"],
         "target": data["target"],
-        "lane": Lane(data["lane"]),
+        "lane": _LANES.get(data["lane"]) or Lane(data["lane"]),
         "key": data.get("key"),
         "partition": data["partition"],
         "version": data.get("version", 0),
