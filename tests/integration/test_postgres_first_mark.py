@@ -1,6 +1,7 @@
 """The at-most-once wake without a read (issue 21): a single enqueue's NOTIFY carries
-its row, and `mark_first` marks it only when the read would have let it run — first
-of its chain, lease held, row unchanged — with its event in the log's hash chain.
+its JobEnqueued (folded into its row), and `mark_first` marks it only when the read
+would have let it run — first of its chain, lease held, row unchanged — with its event
+in the log's hash chain.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from jobledger.domain.jobs import Change, DeliveryMode, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
+from jobledger.storage.jsontext import dumps
 from jobledger.storage.port import LeaseGuard, Wake
 from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.listen import parse_wake
@@ -115,15 +117,20 @@ async def test_a_single_enqueue_hands_its_row_to_the_feed(
         await feed.aclose()
 
 
-def test_an_unreadable_row_in_a_hint_is_a_plain_wake_up(clock: FakeClock) -> None:
+def test_an_unreadable_event_in_a_hint_is_a_plain_wake_up(clock: FakeClock) -> None:
     change = opened(clock)
     row = change.row
     assert isinstance(row, Job)
-    payload = hint_payload(row)
+    payload = hint_payload(change, dumps(dict(change.events[0].data)))
     assert parse_wake(payload).jobs == (row,)
-    broken = payload.replace('"status":"PENDING"', '"status":"LOST"')
-    wake = parse_wake(broken)
-    assert wake.jobs == () and wake.partitions == frozenset({row.partition})
+    for broken in (
+        payload.replace('"lane":"fast"', '"lane":"lost"'),
+        payload.replace('"hash":', '"hush":'),
+        payload.replace('"at":"', '"at":"x'),
+    ):
+        assert broken != payload
+        wake = parse_wake(broken)
+        assert wake.jobs == () and wake.partitions == frozenset({row.partition})
 
 
 async def test_mark_first_marks_a_lone_row_with_its_event_in_the_chain(

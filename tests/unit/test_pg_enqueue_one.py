@@ -48,8 +48,38 @@ def test_every_column_of_a_new_row_is_sent_read_from_the_event_or_left_out() -> 
         "trace_id",
         "actor",
     ]
-    sql = statements.build("s").enqueue_one
-    assert sql.count("%s") == len(encode.one_params(opening(payload={"n": 1}, key="k")))
+    built = statements.build("s")
+    params = encode.one_params(opening(payload={"n": 1}, key="k"))
+    for sql in (built.enqueue_one.decode(), built.enqueue_one_dedupe.decode()):
+        assert sql.count("%s") == len(params)
+    # the fixed columns of a stream's first event are constants, the rest are sent
+    assert set(enqueue_statements.ONE_EVENT_FIELDS) == {
+        "stream",
+        "data",
+        "at",
+        "actor",
+        "trace_id",
+        "hash",
+        "dedupe_key",
+    }
+
+
+def test_only_a_callers_dedupe_key_can_collide_so_only_it_gets_on_conflict() -> None:
+    built = statements.build("s")
+    assert "ON CONFLICT" not in built.enqueue_one.decode()
+    assert "ON CONFLICT DO NOTHING" in built.enqueue_one_dedupe.decode()
+    own = opening(payload=None)
+    assert encode.has_own_dedupe_key(own)  # opening() names the dedupe key "d-1"
+    fresh = job_commands.enqueued(
+        job_id="b" * 32,
+        spec=NewJob("kafka:t"),
+        code="kafka:t",
+        lane=Lane.FAST,
+        partition=7,
+        dedupe_key="b" * 32,
+        stamp=Stamp(NOW),
+    )
+    assert encode.opens_one(fresh) and not encode.has_own_dedupe_key(fresh)
 
 
 @pytest.mark.parametrize(
@@ -66,7 +96,10 @@ def test_the_hint_carries_the_row_and_the_parameters_the_row(spec: dict[str, obj
     assert encode.opens_one(change)
     params = encode.one_params(change)
     assert parse_wake(params[-1]).jobs == (change.row,)
-    job = dict(zip(enqueue_statements.ONE_JOB_FIELDS, params[10:-1], strict=True))
+    sent = len(enqueue_statements.ONE_EVENT_FIELDS)
+    event = dict(zip(enqueue_statements.ONE_EVENT_FIELDS, params[:sent], strict=True))
+    assert (event["stream"], event["hash"]) == (change.stream, change.events[0].hash)
+    job = dict(zip(enqueue_statements.ONE_JOB_FIELDS, params[sent:-1], strict=True))
     row = change.row
     assert (job["id"], job["code"], job["lane"], job["key"]) == (row.id, "code-1", "fast", row.key)
     assert job["next_run_at"] == row.next_run_at and job["order_key"] == row.order_key.encode()
@@ -85,6 +118,13 @@ def test_the_hint_carries_the_row_and_the_parameters_the_row(spec: dict[str, obj
         ),
         dataclasses.replace(opening(), row=dataclasses.replace(opening().row, trace_id=None)),
         dataclasses.replace(opening(), row=dataclasses.replace(opening().row, last_hash="x")),
+        # an event the statement's constants would not write as it is
+        dataclasses.replace(
+            opening(), events=(dataclasses.replace(opening().events[0], version=2),)
+        ),
+        dataclasses.replace(
+            opening(), events=(dataclasses.replace(opening().events[0], prev_hash="p"),)
+        ),
     ],
 )
 def test_a_row_that_is_not_what_its_event_makes_goes_to_the_general_statement(

@@ -14,16 +14,22 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from jobledger.domain.events import Event, EventType, actor_json
+from jobledger.domain.events import GENESIS_HASH, Event, EventType, actor_json
 from jobledger.domain.jobs import Change, Job, JobStatus
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.jsontext import dumps, json_bytes
-from jobledger.storage.postgres.enqueue_statements import ONE_JOB_FIELDS, ROW_FROM_EVENT
+from jobledger.storage.postgres.enqueue_statements import (
+    ONE_EVENT_FIELDS,
+    ONE_JOB_FIELDS,
+    ROW_FROM_EVENT,
+)
 from jobledger.storage.postgres.mark_statement import hint_payload
+from jobledger.storage.postgres.sql_parts import EVENT_INSERT
 from jobledger.storage.rows import (
     JOB_FIELDS,
     dedupe_key_of,
     event_record,
+    job_columns,
     job_to_dict,
     job_transition_dict,
     schedule_to_dict,
@@ -55,7 +61,6 @@ def opens_job(change: Change) -> bool:
 _PAYLOAD = JOB_FIELDS.index("payload")
 #: the jsonb columns of `jobs` (the payload is json: its text is kept, see migration 3)
 _JSONB_FIELDS = tuple(JOB_FIELDS.index(name) for name in ("headers", "actor"))
-_JSON_FIELDS = (_PAYLOAD, *_JSONB_FIELDS)
 
 
 def _job_values(job: Job) -> list[Any]:
@@ -132,24 +137,32 @@ def event_copy_row(change: Change, position: int) -> tuple[Any, ...]:
 
 def one_params(change: Change) -> list[Any]:
     """The parameters of `Statements.enqueue_one` for a change that passes `opens_one`:
-    the event's columns after its position, the row's `ONE_JOB_FIELDS` (JSON columns
-    as their text, the payload's the same as in the event's data, as `job_copy_row`
-    writes it), then the wake-up's payload (`mark_statement.hint_payload`: the row)."""
-    job: Job = change.row
-    row = _job_values(job)
-    for k in _JSON_FIELDS:
+    the event's `ONE_EVENT_FIELDS`, the row's `ONE_JOB_FIELDS` (JSON columns as their
+    text, the payload's the same as in the event's data, as `job_copy_row` writes it),
+    then the wake-up's payload (`mark_statement.hint_payload`: the event)."""
+    event_columns = _first_event_columns(change, dumps)
+    row = _one_job_columns(change.row)
+    for k in _ONE_JSON:
         if row[k] is not None:
             row[k] = dumps(row[k])
-    return [
-        *_first_event_columns(change, dumps),
-        *_one_job_values(row),
-        job.order_key.encode(),
-        hint_payload(job, row),
-    ]
+    row[-1] = row[-1].encode()  # the order key as bytea
+    return [*_one_event(event_columns), *row, hint_payload(change, event_columns[_DATA])]
 
 
-#: `ONE_JOB_FIELDS` but the order key, from such values
-_one_job_values = operator.itemgetter(*(JOB_FIELDS.index(f) for f in ONE_JOB_FIELDS[:-1]))
+def has_own_dedupe_key(change: Change) -> bool:
+    """Whether a new job's dedupe key is the caller's (else it is the job's own id, and
+    `Statements.enqueue_one` writes it without `ON CONFLICT`)."""
+    job: Job = change.row
+    return change.dedupe_key != job.id
+
+
+#: `ONE_JOB_FIELDS` of a job in `job_to_dict`'s forms and the positions of its JSON
+#: columns; `ONE_EVENT_FIELDS` of `_first_event_columns`, and where its data is
+_one_job_columns = job_columns(ONE_JOB_FIELDS)
+_ONE_JSON = tuple(ONE_JOB_FIELDS.index(name) for name in ("payload", "headers"))
+_EVENT_COLUMNS = EVENT_INSERT.split(", ")[1:]
+_one_event = operator.itemgetter(*(_EVENT_COLUMNS.index(name) for name in ONE_EVENT_FIELDS))
+_DATA = _EVENT_COLUMNS.index("data")
 
 
 def opens_one(change: Change) -> bool:
@@ -162,6 +175,8 @@ def opens_one(change: Change) -> bool:
     event = events[0]
     return (
         event.type == EventType.JOB_ENQUEUED
+        and event.version == 1
+        and event.prev_hash == GENESIS_HASH
         and _LEFT_OUT(row) == _NEW_ROW
         and _FROM_EVENT(row)
         == (

@@ -27,8 +27,8 @@ logger = logging.getLogger("jobledger.storage.postgres")
 
 
 def parse_wake(payload: str) -> Wake:
-    """A NOTIFY payload (`{"p": [...], "l": [...], "s": bool}`, with `"j": [row]` after
-    a single enqueue: `mark_statement.hint_payload`, or `*`) as a Wake."""
+    """A NOTIFY payload (`{"p": [...], "l": [...], "s": bool}`, with `"e": [event]`
+    after a single enqueue: `mark_statement.hint_payload`, or `*`) as a Wake."""
     if payload == "*":
         return EVERYTHING
     try:
@@ -41,13 +41,13 @@ def parse_wake(payload: str) -> Wake:
     except (ValueError, TypeError, AttributeError):
         logger.warning("unreadable wake-up payload %r: waking everything", payload)
         return EVERYTHING
-    rows = data.get("j")
-    if not rows:
+    events = data.get("e")
+    if not events:
         return wake
     try:
-        jobs = hint_jobs(rows)
+        jobs = hint_jobs(events)
     except (ValueError, TypeError, AttributeError, KeyError):
-        logger.warning("unreadable row in wake-up payload %r: a plain wake-up", payload)
+        logger.warning("unreadable event in wake-up payload %r: a plain wake-up", payload)
         return wake
     return Wake(wake.partitions, wake.lanes, wake.schedules, jobs)
 

@@ -10,22 +10,23 @@ held by this pod and not expired, locked `FOR SHARE` until the commit; then the
 compare-and-set on the row's stream version.
 
 The first mark (`first_mark_sql`, `Store.mark_first`): a single enqueue's NOTIFY
-carries the job row it wrote (`hint_payload`), so the lane of an idle partition plans
-on that row and marks it without the read. What the read would have told it, the
-statement checks: no PENDING row of the same partition, target and order key comes
-before it in (version, id) order. The compare-and-set proves the row is still as the
-hint has it; the lease guard is the same. Refused, the lane reads as before.
+carries the JobEnqueued it wrote (`hint_payload`), so the lane of an idle partition
+folds it into the row, plans on that row and marks it without the read. What the read
+would have told it, the statement checks: no PENDING row of the same partition, target
+and order key comes before it in (version, id) order. The compare-and-set proves the
+row is still as the hint has it; the lease guard is the same. Refused, the lane reads
+as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-from jobledger.domain.jobs import JOB_FIELDS, TRANSITION_FIELDS, Job, Lane
-from jobledger.storage.jsontext import json_bytes
+from jobledger.domain.events import GENESIS_HASH, Event, EventType, actor_json
+from jobledger.domain.jobs import TRANSITION_FIELDS, Change, Job, Lane, apply, job_stream
+from jobledger.domain.timeutil import iso, parse_iso
 from jobledger.storage.postgres.sql_parts import (
     EVENT_INSERT,
     EVENT_TYPES,
@@ -33,7 +34,7 @@ from jobledger.storage.postgres.sql_parts import (
     MAX_NOTIFY,
     base,
 )
-from jobledger.storage.rows import job_from_dict, job_to_dict
+from jobledger.storage.rows import actor_from_json
 
 
 def _statement(s: str, channel: str, first: bool) -> str:
@@ -67,7 +68,7 @@ u AS (
   WHERE id = %s AND stream_version = %s::integer AND EXISTS (SELECT 1 FROM held){before}
   RETURNING 1
 ),
-{base(s)},
+{base("1")},
 e AS (INSERT INTO {s}.events ({EVENT_INSERT}) SELECT base.b + 1, {event_values} FROM base, u)
 SELECT {wake} FROM u
 """
@@ -104,41 +105,54 @@ def first_mark_params(job: Job) -> list[Any]:
     return [job.partition, job.order_key.encode(), job.target, job.version, job.version, job.id]
 
 
-#: the row's columns a statement takes as JSON text
-_JSON_COLUMNS = ("payload", "headers", "actor")
-
-
-def hint_payload(job: Job, values: Sequence[Any] | None = None) -> str:
+def hint_payload(change: Change, data: str) -> str:
     """The NOTIFY payload of a single enqueue (`listen.parse_wake` reads it): the
-    partition and lane, and the fast-lane row itself when the payload stays under
-    PostgreSQL's limit. `values`: the row as the enqueue statement takes it, if the
-    caller has it (`JOB_FIELDS` order, `job_to_dict`'s forms, the JSON columns as their
-    JSON text), so nothing is encoded twice."""
+    partition and lane and, for a fast-lane job, its JobEnqueued (`"e"`: the event's
+    `data` as the statement writes it, its time, hash, trace and actor; the rest of a
+    job stream's first event is fixed) when the payload stays under PostgreSQL's limit.
+    The lane folds that event into the row the statement wrote (`hint_jobs`)."""
+    job: Job = change.row
     plain = f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false'
-    if job.lane != Lane.FAST:
+    if job.lane != Lane.FAST or len(data) > MAX_NOTIFY:
         return plain + "}"
-    # the columns that are NULL are left out: `job_from_dict` reads them as None
-    if values is None:
-        record = job_to_dict(job)
-        del record["order_key"]
-        row = json_bytes({k: v for k, v in record.items() if v is not None})
-    else:
-        record = {k: v for k, v in zip(JOB_FIELDS, values, strict=True) if v is not None}
-        for name in _JSON_COLUMNS:
-            text = record.get(name)
-            if text is not None:
-                record[name] = orjson.Fragment(text)
-        try:
-            row = orjson.dumps(record)
-        except orjson.JSONEncodeError:  # a lone surrogate in a text column
-            return plain + "}"
-    if len(row) + len(plain) + 8 > MAX_NOTIFY:
+    event = change.events[0]
+    hinted = {
+        "data": orjson.Fragment(data),
+        "at": iso(event.at),
+        "hash": event.hash,
+        "trace_id": event.trace_id,
+        "actor": actor_json(event.actor),
+    }
+    try:
+        text = orjson.dumps(hinted).decode()
+    except orjson.JSONEncodeError:  # a lone surrogate in the trace id
         return plain + "}"
-    return f'{plain},"j":[{row.decode()}]}}'
+    if len(text) + len(plain) + 8 > MAX_NOTIFY:
+        return plain + "}"
+    return f'{plain},"e":[{text}]}}'
 
 
-def hint_jobs(rows: Any) -> tuple[Job, ...]:
-    """The rows of a hint's `j` (a list of `job_to_dict` records) as `Job`s."""
-    if not rows:
+def hint_jobs(events: Any) -> tuple[Job, ...]:
+    """The rows the JobEnqueued events of a hint's `e` fold into (`jobs.apply`, as
+    every row is made); raises ValueError, KeyError or TypeError for one that is not."""
+    if not events:
         return ()
-    return tuple(job_from_dict(row) for row in rows)
+    return tuple(_folded(hinted) for hinted in events)
+
+
+def _folded(hinted: dict[str, Any]) -> Job:
+    data = hinted["data"]
+    event = Event(
+        job_stream(data["id"]),
+        1,
+        EventType.JOB_ENQUEUED,
+        data,
+        parse_iso(hinted["at"]),
+        actor_from_json(hinted.get("actor")),
+        hinted.get("trace_id"),
+        GENESIS_HASH,
+        hinted["hash"],
+    )
+    job = apply(None, event)
+    assert job is not None  # a JobEnqueued opens a row
+    return job

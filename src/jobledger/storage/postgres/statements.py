@@ -68,8 +68,11 @@ class Statements:
     insert_new: str
     #: the enqueue path: every change opens a job stream with one event
     enqueue: str
-    #: the same for a single job, with scalar parameters
-    enqueue_one: str
+    #: the same for a single job, with scalar parameters, when its dedupe key is its own
+    #: id, and with the caller's dedupe key (`enqueue_one_sql`); as bytes, which psycopg
+    #: takes as they are (a text query is encoded again on every call)
+    enqueue_one: bytes
+    enqueue_one_dedupe: bytes
     #: the enqueue path for large batches: COPY the events and the rows (see store.py)
     last_position: str
     copy_events: str
@@ -167,7 +170,7 @@ ev AS (
     i int, slot int, fst bool, stream text, version int, type text, data json,
     at timestamptz, actor json, trace_id text, prev_hash text, hash text, dedupe_key text)
 ),
-{base(s)},
+{base("SELECT count(*) FROM ev")},
 {existing}nf AS (
   INSERT INTO {s}.events ({EVENT_INSERT})
   SELECT {event_values} FROM ev e JOIN ok ON ok.i = e.i CROSS JOIN base
@@ -207,8 +210,9 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         first_mark=first_mark_sql(s, channel),
         insert_new=apply_sql(False, new_only=True),
         enqueue=enqueue_sql(s, channel),
-        enqueue_one=enqueue_one_sql(s, channel),
-        last_position=f"WITH {base(s)} SELECT b FROM base",
+        enqueue_one=enqueue_one_sql(s, channel, dedupe=False).encode(),
+        enqueue_one_dedupe=enqueue_one_sql(s, channel, dedupe=True).encode(),
+        last_position=f"WITH {base('%s')} SELECT b FROM base",
         copy_events=f"COPY {s}.events ({EVENT_INSERT}) FROM STDIN (FORMAT binary)",
         copy_event_types=copy_types(EVENT_INSERT, EVENT_TYPES),
         copy_jobs=f"COPY {s}.jobs ({JOB_COLUMNS}, order_key) FROM STDIN (FORMAT binary)",

@@ -24,6 +24,7 @@ from jobledger.storage.port import Store
 from jobledger.storage.postgres import schema, statements
 from jobledger.storage.postgres.base import Conn
 from jobledger.storage.postgres.coordination import Coordination
+from jobledger.storage.postgres.cursors import CursorCache
 from jobledger.storage.postgres.listen import Listener
 from jobledger.storage.postgres.read_models import ReadModels
 from jobledger.storage.postgres.wake_conn import WakeConnection
@@ -84,6 +85,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
         )
         self._feed.source = self._listener  # LISTEN only while the feed has a subscriber
         self._wake = WakeConnection(self._conninfo, _utc_options(self._conninfo))
+        self._cursors = CursorCache()
         self._pool: AsyncConnectionPool[Conn] | None = None
 
     # --- life cycle ----------------------------------------------------------------------
@@ -136,6 +138,7 @@ class PostgresStore(WritePath, Coordination, ReadModels, Store):
     async def close(self) -> None:
         await self._listener.stop()
         await self._wake.close()
+        self._cursors.clear()
         self._feed.close()
         if self._pool is not None:
             await self._pool.close()

@@ -21,6 +21,7 @@ from jobledger.domain.jobs import TRANSITION_FIELDS, Change
 from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
 from jobledger.storage.postgres import dedupe, encode, schema
 from jobledger.storage.postgres.base import Conn, PgBase
+from jobledger.storage.postgres.cursors import CursorCache
 from jobledger.storage.postgres.mark_statement import first_mark_params
 from jobledger.storage.postgres.wake_conn import WakeConnection
 
@@ -42,8 +43,15 @@ def _can_copy(conn: Conn) -> bool:
     )
 
 
+def _cursor(conn: Conn) -> psycopg.AsyncCursor[Any]:
+    """A plain cursor on a caller's connection, whatever its `cursor_factory` and
+    `row_factory` (the statements take `%s` placeholders and read tuples)."""
+    return psycopg.AsyncCursor(conn, row_factory=tuple_row)
+
+
 class WritePath(PgBase):
     _wake: WakeConnection  # the wake path's own connection (`mark_first`)
+    _cursors: CursorCache  # the single enqueue's cursor per caller connection
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
@@ -66,7 +74,7 @@ class WritePath(PgBase):
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         conn: Conn = native_handle(tx)
-        async with conn.cursor(row_factory=tuple_row) as cur:
+        async with _cursor(conn) as cur:
             await cur.execute(dedupe.holders_sql(self.sql.schema), {"keys": list(keys)})
             return dedupe.holders_of(await cur.fetchall())
 
@@ -79,7 +87,7 @@ class WritePath(PgBase):
             if guard is not None and len(changes) == 1 and encode.is_guarded_update(changes[0]):
                 # an at-most-once mark alone: one lean statement, its own transaction
                 params = encode.guarded_update_params(changes[0], guard.pod, guard.now)
-                async with conn.cursor(row_factory=tuple_row) as cur:
+                async with _cursor(conn) as cur:
                     await cur.execute(self.sql.guarded_update, params)
                     return [await cur.fetchone() is not None]
             plan = encode.rounds(changes)
@@ -161,7 +169,13 @@ class WritePath(PgBase):
     async def _enqueue_one(self, conn: Conn, change: Change) -> bool:
         """`Statements.enqueue_one` for a change that passes `encode.opens_one`; whether
         the job was written (False: its dedupe key was taken)."""
-        cur = await conn.execute(self.sql.enqueue_one, encode.one_params(change))
+        cur = self._cursors.cursor(conn)
+        sql = (
+            self.sql.enqueue_one_dedupe
+            if encode.has_own_dedupe_key(change)
+            else self.sql.enqueue_one
+        )
+        await cur.execute(sql, encode.one_params(change))
         return cur.rowcount == 1  # the wake-up's row: there is one when the job was written
 
     async def _copy(self, conn: Conn, changes: list[Change]) -> bool:
@@ -173,7 +187,7 @@ class WritePath(PgBase):
         open waits for it, as the statement's insert does. Any other error also rolls
         the savepoint back before it is raised, so the call leaves nothing behind.
         """
-        async with conn.cursor(row_factory=tuple_row) as cur:
+        async with _cursor(conn) as cur:
             await cur.execute("SAVEPOINT jobledger_copy")
             try:
                 await self._copy_rows(cur, changes)
@@ -191,7 +205,7 @@ class WritePath(PgBase):
 
     async def _copy_rows(self, cur: psycopg.AsyncCursor[Any], changes: list[Change]) -> None:
         """The events at the next positions of this transaction, then the job rows."""
-        await cur.execute(self.sql.last_position)
+        await cur.execute(self.sql.last_position, (len(changes),))
         found = await cur.fetchone()
         assert found is not None
         async with cur.copy(self.sql.copy_events) as copy:
@@ -206,7 +220,7 @@ class WritePath(PgBase):
     @staticmethod
     async def _winners(conn: Conn, sql: str, params: Any) -> list[int]:
         """Run one write statement; the indexes of the changes it applied."""
-        async with conn.cursor(row_factory=tuple_row) as cur:
+        async with _cursor(conn) as cur:
             await cur.execute(sql, params)
             row = await cur.fetchone()
         return list(row[0]) if row else []
