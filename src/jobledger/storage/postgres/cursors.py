@@ -3,7 +3,7 @@
 `conn.execute` makes a new cursor for every statement, and a new cursor looks up a
 dumper for each of its parameters' types again: for the enqueue statement's parameters
 (six types) that was about a quarter of the engine's client work per enqueue (callgrind,
-docs/performance.md "Issue 21: enqueue, the third session"). A cursor kept per
+docs/performance.md "Issue 21: enqueue vs Procrastinate, 2026-12-03"). A cursor kept per
 connection keeps the dumpers it found.
 
 The cache is keyed by the connection's id and bounded. A kept cursor holds its
