@@ -34,29 +34,15 @@ from typing import Any
 import orjson
 
 from jobledger.domain.errors import InvalidArgument, InvalidPayload
+from jobledger.domain.events import c_encoder
 from jobledger.domain.jobs import NewJob
 
 #: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
 #: payload check's text (ASCII, default separators) and its errors are the same
 _PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
-_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-#: `_PAYLOAD_JSON`'s C encoder, built once: the same arguments (no circular-reference
-#: markers: a circular payload recurses until `_payload_json` asks `_PAYLOAD_JSON`)
-_PAYLOAD_ENCODER: Any = (
-    _C_MAKE_ENCODER(
-        None,
-        _PAYLOAD_JSON.default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        _PAYLOAD_JSON.key_separator,
-        _PAYLOAD_JSON.item_separator,
-        False,
-        False,
-        False,
-    )
-    if _C_MAKE_ENCODER is not None
-    else None
-)
+#: `_PAYLOAD_JSON`'s C encoder, built once (no circular-reference markers: a circular
+#: payload recurses until `_payload_json` asks `_PAYLOAD_JSON`)
+_PAYLOAD_ENCODER: Any = c_encoder(_PAYLOAD_JSON)
 _SURROGATE_TEXT = "{} must not contain a lone surrogate (U+D800-U+DFFF): it is not UTF-8"
 _NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
 #: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)

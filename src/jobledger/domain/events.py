@@ -109,26 +109,34 @@ class Event:
         return json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False) + "\n"
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-#: The C encoder `_CANONICAL.encode` builds on every call, built once (the event hash is
-#: on every transition's path). Same arguments, so the same text; no circular-reference
-#: bookkeeping (event data is plain JSON, checked when it enters the engine).
 _C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODER: Any = (
-    _C_MAKE_ENCODER(
+
+
+def c_encoder(encoder: json.JSONEncoder) -> Any:
+    """The C encoder `encoder.encode` builds (with a closure) on every call, built once
+    with the same arguments, so it writes the same text; call it as `f(value, 0)` and
+    join the chunks. It has no circular-reference markers: a circular value recurses
+    until RecursionError. None where the C accelerator is missing."""
+    if _C_MAKE_ENCODER is None:
+        return None
+    strings = json.encoder.encode_basestring_ascii if encoder.ensure_ascii else None
+    return _C_MAKE_ENCODER(
         None,
-        _CANONICAL.default,
-        json.encoder.encode_basestring,
+        encoder.default,
+        strings or json.encoder.encode_basestring,
         None,
-        ":",
-        ",",
-        True,
-        False,
-        True,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
     )
-    if _C_MAKE_ENCODER is not None
-    else None
-)
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+#: `_CANONICAL`'s C encoder (the event hash is on every transition's path); event data
+#: is plain JSON, checked when it enters the engine, so no circular-reference bookkeeping
+_C_ENCODER: Any = c_encoder(_CANONICAL)
 
 
 def canonical_json(value: Any) -> str:
