@@ -14,7 +14,7 @@ from typing import Any
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
-from jobledger.domain.jobs import Job
+from jobledger.domain.jobs import DeliveryMode, Job
 from jobledger.domain.policies import partition_of
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
@@ -69,6 +69,21 @@ def pod(engine: Engine, name: str) -> Runtime:
     runtime = Runtime(engine, pod_id=name)
     runtime.fast.autostart = False
     return runtime
+
+
+async def one_pod(
+    store: Store,
+    clock: FakeClock,
+    mode: DeliveryMode = DeliveryMode.AT_MOST_ONCE,
+    **settings: Any,
+) -> tuple[Engine, Runtime, Recorder]:
+    """One pod holding every partition, its fast-lane target `kafka:t` a `Recorder`."""
+    engine = make_engine(store, clock, **settings)
+    rec = Recorder()
+    engine.targets.register("kafka:t", "fast", rec, delivery_mode=mode)
+    runtime = pod(engine, "pod-a")
+    await runtime.leases.start()
+    return engine, runtime, rec
 
 
 async def enqueue(engine: Engine, target: str, items: list[dict[str, Any]]) -> list[str]:

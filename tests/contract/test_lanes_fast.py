@@ -13,20 +13,19 @@ from jobledger.domain.errors import DeadNow, TargetOutcomeUnknown, TargetUnreach
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus, Stamp
 from jobledger.storage.port import Store
-from tests.contract.lanes_kit import Recorder, drain, enqueue, keys_in, make_engine, pod
+from tests.contract.lanes_kit import (
+    Recorder,
+    drain,
+    enqueue,
+    keys_in,
+    make_engine,
+    one_pod,
+    pod,
+)
 
 AMO = DeliveryMode.AT_MOST_ONCE
 ALO = DeliveryMode.AT_LEAST_ONCE
 P = 5
-
-
-async def one_pod(store: Store, clock: FakeClock, mode: DeliveryMode = AMO, **settings: object):
-    engine = make_engine(store, clock, **settings)
-    rec = Recorder()
-    engine.targets.register("kafka:t", "fast", rec, delivery_mode=mode)
-    runtime = pod(engine, "pod-a")
-    await runtime.leases.start()
-    return engine, runtime, rec
 
 
 @pytest.mark.parametrize("mode", [ALO, AMO])
