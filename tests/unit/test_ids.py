@@ -6,9 +6,22 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+
+import pytest
 
 from jobledger.core import ids
 from jobledger.core.ids import is_job_id, new_id, new_token
+
+
+@pytest.fixture(autouse=True)
+def fresh_generator() -> Iterator[None]:
+    """Each test starts with no last id (its fixed milliseconds lie before the real
+    clock's, which other tests' ids carry) and leaves the generator as it found it."""
+    kept = ids._last
+    ids._last = (-1, 0)
+    yield
+    ids._last = kept
 
 
 def test_ids_of_one_millisecond_increase_in_the_order_they_are_made() -> None:
