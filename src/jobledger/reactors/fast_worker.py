@@ -10,7 +10,9 @@ partition's rows (`fast_pass.PartitionPass`) finds nothing more to send. One rou
   did not apply (lease lost, row closed by a takeover) means that row is not sent;
 * at-least-once: no mark; the batch is sent and all its outcomes share one commit;
 * the rows of one chain go strictly in order, a chain stops at its first row that
-  did not succeed, and a target paused mid-round sends nothing more in that round.
+  did not succeed, and a target paused mid-round sends nothing more in that round;
+* a paused target's probe is claimed when the round starts: planned earlier and taken
+  meanwhile by another partition of the pod, nothing of that target goes this round.
 
 A pod whose lease ran out (by its own clock, or as the lease guard says) sends nothing
 more from that partition.
@@ -218,10 +220,9 @@ class PartitionWorker:
         lane = self.lane
         self.in_round = True
         try:
-            for target in plan.probes:
-                lane.pauses.take_probe(target)
+            probes = self._take_probes(plan)
             risky = plan.risky
-            if risky is not None and marked is None:
+            if risky is not None and marked is None and not self._held(risky, probes):
                 change = lane.mark(risky)
                 (ok,) = await lane.committer.commit([change], [True])
                 marked = await self._marked(risky, change, ok)
@@ -229,7 +230,6 @@ class PartitionWorker:
                 if marked is not None:
                     await self._write([], [(marked, "partition lost")])
                 return 0
-            probes = {j.id for j in self._probe_rows(plan)}
             coros = [self._chain(chain, probes) for chain in plan.chains]
             if marked is not None:
                 coros.append(self._chain((marked,), probes))
@@ -240,7 +240,7 @@ class PartitionWorker:
             lane.stats.round(sent)
             unsent: list[tuple[Job, str]] = []
             if marked is not None and all(r.job.id != marked.id for r in ran):
-                # marked, then not sent (its target paused mid-round, the lease ending):
+                # marked, not sent (its target paused, its probe taken, the lease ending):
                 # its release rides in the commit of its siblings' outcomes
                 unsent.append((marked, "lease ending" if self.lost else "target paused"))
             await self._write(ran, unsent)
@@ -248,11 +248,20 @@ class PartitionWorker:
         finally:
             self.in_round = False
 
-    def _probe_rows(self, plan: BatchPlan) -> list[Job]:
-        rows = [c[0] for c in plan.chains if c[0].target in plan.probes]
-        if plan.risky is not None and plan.risky.target in plan.probes:
+    def _take_probes(self, plan: BatchPlan) -> set[str]:
+        """Claim the plan's probes now, each together with the decision to send it: the
+        ids of the probe rows this round may send. A probe another partition of the pod
+        took after this plan was made (planned while the round before committed) is not
+        this round's: its target's rows are held (`_held`), a marked one is released."""
+        taken = {t for t in plan.probes if self.lane.pauses.take_probe(t)}
+        rows = [c[0] for c in plan.chains if c[0].target in taken]
+        if plan.risky is not None and plan.risky.target in taken:
             rows.append(plan.risky)
-        return rows
+        return {j.id for j in rows}
+
+    def _held(self, job: Job, probes: set[str]) -> bool:
+        """`job`'s target is paused and `job` is not a probe this round claimed."""
+        return self.lane.pauses.is_paused(job.target) and job.id not in probes
 
     async def _marked(self, risky: Job, change: Change, ok: bool) -> Job | None:
         """The marked row, or None when the mark was refused (and why)."""
@@ -282,14 +291,14 @@ class PartitionWorker:
         target = lane.engine.targets.find(chain[0].target)  # a chain is one target's key
         if target is None:
             return out
-        pauses, outcomes, clock = lane.pauses, lane.outcomes, lane.clock
+        outcomes, clock = lane.outcomes, lane.clock
         now = clock.now()  # then read once per row, after its run: its outcome's stamp
         for job in chain:
             # on the clock read when the row before ended (nothing waited since)
             if not self._may_send(now):
                 break  # the lease ends (by this pod's clock) before this send could finish
-            if pauses.is_paused(job.target) and job.id not in probes:
-                break  # the target was paused in this round: skip the rest of its batch
+            if self._held(job, probes):
+                break  # paused in this round, or its probe taken: skip the rest of its batch
             run = await outcomes.run(target, job)
             now = clock.now()
             outcome = outcomes.judge(target, job, run, now)

@@ -52,11 +52,16 @@ class PauseMap:
         entry = self._paused.get(target)
         return entry is not None and entry.probe_at <= self._clock.now()
 
-    def take_probe(self, target: str) -> None:
-        """A probe row of `target` is going out: the next one waits a full interval."""
+    def take_probe(self, target: str) -> bool:
+        """Claim the probe of paused `target`: True when it was due (the caller sends one
+        row, the next probe waits a full interval), False when it is not (another caller
+        of this pod took it since the caller planned; nothing of `target` goes out)."""
         entry = self._paused.get(target)
-        if entry is not None:
-            entry.probe_at = self._clock.now() + self._interval
+        now = self._clock.now()
+        if entry is None or entry.probe_at > now:
+            return False
+        entry.probe_at = now + self._interval
+        return True
 
     def next_probe(self, targets: frozenset[str] | set[str]) -> datetime | None:
         times = [self._paused[t].probe_at for t in targets if t in self._paused]
