@@ -252,6 +252,12 @@ class App:
         """`Engine.enqueue`: append the job inside `tx` (yours or `app.transaction()`)."""
         return await self.pod.engine.enqueue(target, payload, tx=tx, **options)
 
+    async def next_version(self, key: str, *, tx: Any) -> int:
+        """`Engine.next_version`: the next version of `key` inside `tx`, for
+        `enqueue(..., key=key, version=...)` when a key's jobs need an order across
+        processes."""
+        return await self.pod.engine.next_version(key, tx=tx)
+
     async def wait_done(self, *job_ids: str | None, timeout_s: float = 30.0) -> None:
         """Wait until each job left the queue (done, skipped, cancelled) or is DEAD, for
         scripts that enqueue and then watch the app's own workers deliver."""

@@ -24,7 +24,7 @@ from jobledger.core.handlers import PayloadType
 from jobledger.core.ids import new_id
 from jobledger.core.registry import TargetRegistry
 from jobledger.domain import job_commands
-from jobledger.domain.enqueue_rules import check_new_job
+from jobledger.domain.enqueue_rules import check_counter_key, check_new_job
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
@@ -132,6 +132,13 @@ class Engine:
             if lost:
                 holders = await self.store.dedupe_holders(tx, lost)
         return self.settle_enqueue(plan, flags, holders, tx=tx)
+
+    async def next_version(self, key: str, *, tx: Any) -> int:
+        """The next version of `key`, counted in the caller's transaction `tx`
+        (`Store.next_version`): an enqueue's `version` that orders a key's jobs in commit
+        order across processes (job ids order one process's rows, docs/decisions.md D21)."""
+        check_counter_key(key)
+        return await self.store.next_version(tx, key)
 
     def plan_enqueue(self, items: Sequence[NewJob], *, tx: Any) -> EnqueuePlan:
         """Validate `items` and build their changes (no I/O): the first half of

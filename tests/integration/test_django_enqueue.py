@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from jobledger.domain.errors import InvalidArgument
 from jobledger.engine import Enqueued
 from jobledger.integrations import django as jobs
 from jobledger.observability.observe import Observer
@@ -177,3 +178,15 @@ async def test_the_enqueue_metrics_count_after_the_commit_only(kit: SyncKit) -> 
     assert seen == []
     assert await in_django(committed) == []
     assert seen == [(FAST, 1)]
+
+
+async def test_next_version_counts_inside_atomic_and_is_refused_outside(kit: SyncKit) -> None:
+    using = alias(kit)
+
+    def ask() -> int:
+        with transaction.atomic(using=using):
+            return jobs.next_version(kit.app, "order-3", using=using)
+
+    assert [await in_django(ask), await in_django(ask)] == [1, 2]
+    with pytest.raises(InvalidArgument, match=r"transaction\.atomic"):
+        await in_django(lambda: jobs.next_version(kit.app, "order-3", using=using))

@@ -163,3 +163,17 @@ async def test_the_enqueue_metrics_of_a_session_wait_for_its_commit(
     assert seen == [(FAST, 1), (FAST, 1)]
     enqueued = [e for e in await kit.app.pod.store.read_log(0, limit=50) if e.type == "JobEnqueued"]
     assert sorted(e.data["payload"]["n"] for e in enqueued) == [1, 3]
+
+
+async def test_next_version_counts_in_the_sessions_transaction(kit: SyncKit, db: Engine) -> None:
+    def ask(fail: bool = False) -> int:
+        with Session(db) as session, session.begin():
+            version = jobs.next_version(kit.app, session, "order-2")
+            if fail:
+                raise Boom
+            return version
+
+    assert await asyncio.to_thread(ask) == 1
+    with pytest.raises(Boom):
+        await asyncio.to_thread(ask, True)
+    assert await asyncio.to_thread(ask) == 2

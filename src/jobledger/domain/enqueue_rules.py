@@ -75,6 +75,18 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
             raise InvalidPayload(f"payload for {item.target!r}: {problem}")
 
 
+def check_counter_key(key: object) -> None:
+    """Raise InvalidArgument for a `next_version` key no store could hold (the text rules
+    of an enqueue's `key`: a non-empty string, no NUL, no lone surrogate, ≤ 512 bytes)."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgument(f"key must be a non-empty string, not {key!r:.40}")
+    if "\x00" in key:
+        raise InvalidArgument(_NUL_TEXT.format("key"))
+    if _lone_surrogate(key):
+        raise InvalidArgument(_SURROGATE_TEXT.format("key"))
+    _check_size("key", key)
+
+
 #: texts of at most this many characters are within MAX_TEXT_BYTES whatever they hold
 _SHORT = MAX_TEXT_BYTES // 4
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import NewJob
 from jobledger.engine import Engine, Enqueued
 from jobledger.integrations import sync
@@ -46,6 +47,19 @@ def enqueue_many(
         return _enqueue_in_block(app, items, using)
     with transaction.atomic(using=using):
         return _enqueue_in_block(app, items, using)
+
+
+def next_version(app: sync.HasEngine | Engine, key: str, *, using: str = "default") -> int:
+    """`sync.next_version` on Django's connection `using`, inside the `atomic()` block
+    that enqueues the job (outside one it would commit at once and order nothing)."""
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        raise InvalidArgument(
+            "next_version counts inside the transaction that enqueues the job: call both"
+            " inside transaction.atomic()"
+        )
+    connection.ensure_connection()
+    return sync.next_version(app, connection.connection, key)
 
 
 def _enqueue_in_block(

@@ -52,6 +52,12 @@ def enqueue_many(
     return results
 
 
+def next_version(app: sync.HasEngine | Engine, bind: Session | Connection, key: str) -> int:
+    """`sync.next_version` inside `bind`'s transaction: pass it as `version=` to an
+    enqueue in the same transaction to order a key's jobs in commit order."""
+    return sync.next_version(app, driver_connection(bind), key)
+
+
 _PENDING = "jobledger.after_commit"  # session.info: [(SessionTransaction, Transaction)]
 
 

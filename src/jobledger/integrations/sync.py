@@ -22,17 +22,24 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from jobledger.domain.enqueue_rules import check_counter_key
 from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.jobs import Change, NewJob
 from jobledger.engine import Engine, Enqueued
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.sqlite import SqliteStore
+from jobledger.storage.sqlite.counters import next_version_on
 from jobledger.storage.sqlite.writes import append_on, dedupe_holders_on
 
-Append = Callable[[Sequence[Change]], list[bool]]
-Holders = Callable[[Sequence[str]], dict[str, str]]
+
+class Writer(NamedTuple):
+    """A store's write path on a sync caller's connection (`writer_for`)."""
+
+    append: Callable[[Sequence[Change]], list[bool]]
+    holders: Callable[[Sequence[str]], dict[str, str]]
+    next_version: Callable[[str], int]
 
 
 class HasEngine(Protocol):
@@ -67,14 +74,23 @@ def enqueue_many(app: HasEngine | Engine, conn: Any, items: Sequence[NewJob]) ->
                 f"target {item.target!r} is lossy: its jobs are handed over on the event"
                 " loop after the commit, so sync code cannot enqueue them"
             )
-    append, holders = writer_for(engine.store, native_handle(conn))
+    writer = writer_for(engine.store, native_handle(conn))
     plan = engine.plan_enqueue(items, tx=conn)
-    flags = append(plan.changes) if plan.changes else []
+    flags = writer.append(plan.changes) if plan.changes else []
     lost = plan.lost_keys(flags)
-    return engine.settle_enqueue(plan, flags, holders(lost) if lost else {}, tx=conn)
+    return engine.settle_enqueue(plan, flags, writer.holders(lost) if lost else {}, tx=conn)
 
 
-def writer_for(store: Store, conn: Any) -> tuple[Append, Holders]:
+def next_version(app: HasEngine | Engine, conn: Any, key: str) -> int:
+    """`App.next_version`, sync: the next version of `key`, counted inside `conn`'s
+    transaction (the one the job is enqueued in: a second transaction asking for the
+    key waits until this one ends, so a key's versions follow commit order)."""
+    engine = app if isinstance(app, Engine) else app.engine
+    check_counter_key(key)
+    return writer_for(engine.store, native_handle(conn)).next_version(key)
+
+
+def writer_for(store: Store, conn: Any) -> Writer:
     """The store's write path and dedupe lookup on `conn`, once `conn` is known to
     reach `store` (raises TypeError or ConfigError naming the mismatch)."""
     if isinstance(conn, sqlite3.Connection):
@@ -93,7 +109,7 @@ def writer_for(store: Store, conn: Any) -> tuple[Append, Holders]:
     )
 
 
-def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> tuple[Append, Holders]:
+def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> Writer:
     cursor = conn.cursor()
     cursor.row_factory = None  # the caller's connection may have its own row factory
     main = next(row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main")
@@ -105,34 +121,43 @@ def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> tuple[Append
     if getattr(conn, "autocommit", None) is True:  # Python 3.12's autocommit=True
         raise InvalidArgument("enqueue needs a connection inside a transaction, not autocommit")
 
-    def append(changes: Sequence[Change]) -> list[bool]:
-        try:
-            return append_on(conn, changes)
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-            raise ConfigError(
-                f"{store.path} has no jobledger tables: run `jobledger migrate` (or start a"
-                " worker once) against it"
-            ) from exc
+    def migrated(write: Callable[[sqlite3.Connection, Any], Any]) -> Callable[[Any], Any]:
+        def run(argument: Any) -> Any:
+            try:
+                return write(conn, argument)
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                raise ConfigError(
+                    f"{store.path} has no jobledger tables: run `jobledger migrate` (or start"
+                    " a worker once) against it"
+                ) from exc
+
+        return run
 
     def holders(keys: Sequence[str]) -> dict[str, str]:
         cursor = conn.cursor()
         cursor.row_factory = None
         return dedupe_holders_on(cursor, keys)
 
-    return append, holders
+    return Writer(migrated(append_on), holders, migrated(next_version_on))
 
 
-def _postgres_writer(store: Store, conn: Any) -> tuple[Append, Holders]:
+def _postgres_writer(store: Store, conn: Any) -> Writer:
     from jobledger.storage.postgres import PostgresStore
-    from jobledger.storage.postgres.sync_writes import append_sync, check_reaches, holders_sync
+    from jobledger.storage.postgres.sync_writes import (
+        append_sync,
+        check_reaches,
+        holders_sync,
+        next_version_sync,
+    )
 
     if not isinstance(store, PostgresStore):
         raise ConfigError(f"a psycopg connection cannot enqueue into the {store.name} store")
     sql = store.sql
     check_reaches(conn, sql, store.dsn)
-    return (
+    return Writer(
         lambda changes: append_sync(conn, sql, changes),
         lambda keys: holders_sync(conn, sql, keys),
+        lambda key: next_version_sync(conn, sql, key),
     )

@@ -18,10 +18,9 @@ pure domain; an adapter only has to:
 from __future__ import annotations
 
 import abc
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +29,13 @@ from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import Schedule
 
+# the transaction handle lives in its own module; imported from here as before
+from jobledger.storage.transaction import Transaction as Transaction
+from jobledger.storage.transaction import native_handle as native_handle
+from jobledger.storage.transaction import run_after_commit as run_after_commit
+
 if TYPE_CHECKING:
     from jobledger.storage.feed import Subscription
-
-logger = logging.getLogger("jobledger.storage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,15 @@ class Store(abc.ABC):
         `tx` (so a job enqueued earlier in the same transaction counts); keys nobody
         holds are left out. `enqueue` asks after a dedupe hit, so the caller learns
         which job it is (issue 20 item 8). Reads only: never aborts `tx`."""
+
+    @abc.abstractmethod
+    async def next_version(self, tx: Any, key: str) -> int:
+        """The next number of `key`'s counter (1 first), counted inside the caller's own
+        transaction `tx`: kept if `tx` commits, given again if it rolls back. A second
+        transaction asking for the same key waits until this one has ended (a row lock,
+        SQLite's one writer, MongoDB's write conflict and retry), so a key's numbers
+        follow commit order. Coordination state, like a lease: no event; the number is
+        recorded where it is used, in a JobEnqueued's `version`."""
 
     async def dedupe_holder(self, key: str) -> str | None:
         """The id of the job that holds dedupe `key` in the committed log, or None — a
@@ -370,31 +381,3 @@ class Store(abc.ABC):
     def feed(self) -> Subscription:
         """Wake-up hints after commits, from this process and from others; every commit
         after the subscription's `open()` returns wakes it."""
-
-
-def run_after_commit(tx: Transaction) -> None:
-    """Run `tx`'s hooks in order; a failing hook is logged and the rest still run."""
-    for hook in tx.hooks:
-        try:
-            hook()
-        except Exception:
-            logger.exception("after-commit hook failed")
-
-
-@dataclass(slots=True)
-class Transaction:
-    """A transaction opened through `Store.transaction()`.
-
-    `native` is the driver's own handle (what `append_in` accepts too), so business
-    code writes its rows on it; `after_commit` registers a hook that runs once the
-    commit succeeded — never after a rollback — and whose failure is logged, not raised."""
-
-    native: Any
-    hooks: list[Callable[[], Any]] = field(default_factory=list)
-
-    def after_commit(self, hook: Callable[[], Any]) -> None:
-        self.hooks.append(hook)
-
-
-def native_handle(tx: Any) -> Any:
-    return tx.native if isinstance(tx, Transaction) else tx

@@ -44,7 +44,16 @@ class MemoryTx:
     store: MemoryStore
     staged: list[Change] = field(default_factory=list)
     business: dict[str, list[Any]] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # `next_version`, until commit
+    held: list[asyncio.Lock] = field(default_factory=list)  # the counters' locks it holds
     done: bool = False
+
+    def end(self) -> None:
+        """Finished (committed or rolled back): its counters' locks go."""
+        self.done = True
+        for lock in self.held:
+            lock.release()
+        self.held.clear()
 
     def insert(self, table: str, row: Any) -> None:
         """Business code's own write (tests use it as "the business row")."""
@@ -72,6 +81,8 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
         self.schedules: dict[str, Schedule] = {}
         self.versions: dict[str, int] = {}
         self.business: dict[str, list[Any]] = {}
+        self.counters: dict[str, int] = {}
+        self._counter_locks: dict[str, asyncio.Lock] = {}  # a row lock's part, per key
         self._feed = LocalFeed()
         self._lock = asyncio.Lock()
 
@@ -88,7 +99,7 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
         try:
             yield tx
         except BaseException:
-            tx.native.done = True
+            tx.native.end()
             raise
         self.commit(tx.native)
         run_after_commit(tx)
@@ -96,7 +107,8 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
     def commit(self, native: MemoryTx) -> None:
         if native.done:
             raise RuntimeError("transaction already finished")
-        native.done = True
+        self.counters.update(native.counters)
+        native.end()
         applied = [
             change
             for change, ok in zip(native.staged, self._apply_all(native.staged), strict=True)
@@ -120,6 +132,18 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
                     staged_keys.add(change.dedupe_key)
             flags.append(not seen)
         return flags
+
+    async def next_version(self, tx: Any, key: str) -> int:
+        native = native_handle(tx)
+        if not isinstance(native, MemoryTx) or native.store is not self or native.done:
+            raise TypeError("the memory store takes a MemoryTx of its own, still open")
+        if key not in native.counters:  # first ask in this transaction: take the key's lock
+            lock = self._counter_locks.setdefault(key, asyncio.Lock())
+            await lock.acquire()
+            native.held.append(lock)
+            native.counters[key] = self.counters.get(key, 0)
+        native.counters[key] += 1
+        return native.counters[key]
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         staged = {c.dedupe_key: c.stream for c in native_handle(tx).staged if c.dedupe_key}

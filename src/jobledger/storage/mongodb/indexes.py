@@ -190,6 +190,7 @@ COLLECTIONS = (
     "partitions",
     "workers",
     "checkpoints",
+    "counters",
     "sequencer",
     "migrations",
 )

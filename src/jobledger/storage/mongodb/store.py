@@ -42,7 +42,7 @@ from jobledger.storage.mongodb.sequencer import Sequencer
 from jobledger.storage.mongodb.sequencing import log_window
 from jobledger.storage.mongodb.server import check_server
 from jobledger.storage.mongodb.watch import ChangeWatcher
-from jobledger.storage.mongodb.writes import dedupe_holders, write_changes
+from jobledger.storage.mongodb.writes import dedupe_holders, next_version, write_changes
 from jobledger.storage.port import (
     JobFilter,
     LeaseGuard,
@@ -166,6 +166,9 @@ class MongoStore(Store):
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         return await dedupe_holders(self.db, _joined(tx), keys)
+
+    async def next_version(self, tx: Any, key: str) -> int:
+        return await next_version(self.db, _joined(tx), key)
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from pymongo import ReturnDocument
+
 from jobledger.domain.jobs import Change
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb.codec import Database, Doc, Session
@@ -55,6 +57,23 @@ async def dedupe_holders(db: Database, session: Session, keys: Sequence[str]) ->
         return {}
     cursor = db.events.find(b.dedupe_query(keys), b.fields("dedupe_key", "stream"), session=session)
     return {d["dedupe_key"]: str(d["stream"]).removeprefix("job:") async for d in cursor}
+
+
+async def next_version(db: Database, session: Session, key: str) -> int:
+    """`Store.next_version`: the key's document in `counters` counted up in `session`'s
+    transaction (upserted at 1). A second transaction writing the same document before
+    this one ends meets a write conflict, a TransientTransactionError its
+    `with_transaction` retries; so a key's numbers follow commit order."""
+    found = await db.counters.find_one_and_update(
+        {"_id": key},
+        {"$inc": {"value": 1}},
+        upsert=True,
+        return_document=ReturnDocument.AFTER,
+        projection={"value": True},
+        session=session,
+    )
+    assert found is not None  # an upsert returning the document after it always has one
+    return int(found["value"])
 
 
 def _new_keys(changes: Sequence[Change]) -> list[str]:

@@ -156,6 +156,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE {s}.jobs ALTER COLUMN payload TYPE json USING payload::json",
         ),
     ),
+    (
+        4,
+        (
+            # `Store.next_version`: one row per key, counted in the caller's transaction;
+            # its row lock makes a second asker wait for the first one's commit
+            'CREATE TABLE {s}.counters (key text COLLATE "C" PRIMARY KEY, value bigint NOT NULL)',
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -73,6 +73,8 @@ class Statements:
     #: takes as they are (a text query is encoded again on every call)
     enqueue_one: bytes
     enqueue_one_dedupe: bytes
+    #: `Store.next_version`: the key's counter row, counted up (its row lock held to commit)
+    next_version: str
     #: the enqueue path for large batches: COPY the events and the rows (see store.py)
     last_position: str
     copy_events: str
@@ -212,6 +214,8 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         enqueue=enqueue_sql(s, channel),
         enqueue_one=enqueue_one_sql(s, channel, dedupe=False).encode(),
         enqueue_one_dedupe=enqueue_one_sql(s, channel, dedupe=True).encode(),
+        next_version=f"INSERT INTO {s}.counters AS c (key, value) VALUES (%s, 1)"
+        " ON CONFLICT (key) DO UPDATE SET value = c.value + 1 RETURNING value",
         last_position=f"WITH {base('%s')} SELECT b FROM base",
         copy_events=f"COPY {s}.events ({EVENT_INSERT}) FROM STDIN (FORMAT binary)",
         copy_event_types=copy_types(EVENT_INSERT, EVENT_TYPES),

@@ -98,6 +98,15 @@ def holders_sync(conn: SyncConn, sql: Statements, keys: Sequence[str]) -> dict[s
         return dedupe.holders_of(cur.fetchall())
 
 
+def next_version_sync(conn: SyncConn, sql: Statements, key: str) -> int:
+    """`PostgresStore.next_version` on a sync connection."""
+    with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+        _run(cur, sql, sql.next_version, (key,))
+        row = cur.fetchone()
+    assert row is not None  # an upsert's RETURNING gives its one row
+    return int(row[0])
+
+
 def _run(cur: psycopg.Cursor[Any], sql: Statements, query: str, params: Any) -> None:
     try:
         cur.execute(query, params)

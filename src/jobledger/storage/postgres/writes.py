@@ -43,6 +43,17 @@ def _can_copy(conn: Conn) -> bool:
     )
 
 
+def _callers(tx: Any) -> Conn:
+    """The caller's connection: `tx` itself or the native handle of a `Transaction`."""
+    conn = native_handle(tx)
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(
+            "the PostgreSQL store takes a psycopg AsyncConnection in a transaction"
+            " (or the Transaction of its own transaction())"
+        )
+    return conn
+
+
 def _cursor(conn: Conn) -> psycopg.AsyncCursor[Any]:
     """A plain cursor on a caller's connection, whatever its `cursor_factory` and
     `row_factory` (the statements take `%s` placeholders and read tuples)."""
@@ -62,15 +73,17 @@ class WritePath(PgBase):
         run_after_commit(tx)
 
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
-        conn = native_handle(tx)
-        if not isinstance(conn, psycopg.AsyncConnection):
-            raise TypeError(
-                "the PostgreSQL store takes a psycopg AsyncConnection in a transaction"
-                " (or the Transaction of its own transaction())"
-            )
+        conn = _callers(tx)
         if len(changes) == 1 and encode.opens_one(changes[0]):
             return [await self._enqueue_one(conn, changes[0])]  # `engine.enqueue`'s path
         return await self._apply_on(conn, changes, None)
+
+    async def next_version(self, tx: Any, key: str) -> int:
+        async with _cursor(_callers(tx)) as cur:
+            await cur.execute(self.sql.next_version, (key,))
+            row = await cur.fetchone()
+        assert row is not None  # an upsert's RETURNING gives its one row
+        return int(row[0])
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         conn: Conn = native_handle(tx)

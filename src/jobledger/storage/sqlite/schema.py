@@ -121,6 +121,13 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             """,
         ),
     ),
+    (
+        2,
+        (
+            # `Store.next_version`: one row per key, counted in the caller's transaction
+            "CREATE TABLE counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -27,6 +27,7 @@ cycle, the lanes' queue reads and the change feed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -38,7 +39,7 @@ from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
 from jobledger.storage.feed import LocalFeed, Subscription
 from jobledger.storage.jsontext import loads as load_json
-from jobledger.storage.port import Store, logger
+from jobledger.storage.port import Store
 from jobledger.storage.sqlite.base import Conn
 from jobledger.storage.sqlite.coordination import Coordination
 from jobledger.storage.sqlite.encode import decode_job
@@ -46,6 +47,8 @@ from jobledger.storage.sqlite.read_models import ReadModels
 from jobledger.storage.sqlite.schema import migrate as migrate_schema
 from jobledger.storage.sqlite.statements import JOB_COLUMNS_SQL, JOB_SELECT, job_array_sql
 from jobledger.storage.sqlite.writes import WritePath
+
+logger = logging.getLogger("jobledger.storage")
 
 
 class SqliteStore(WritePath, Coordination, ReadModels, Store):

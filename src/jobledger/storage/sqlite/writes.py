@@ -18,6 +18,7 @@ from jobledger.storage.feed import wake_of
 from jobledger.storage.jsontext import loads as load_json
 from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
 from jobledger.storage.sqlite.base import SqliteBase, rollback
+from jobledger.storage.sqlite.counters import next_version_on
 from jobledger.storage.sqlite.encode import chunks, encode, encode_event
 from jobledger.storage.sqlite.statements import (
     DELETE_JOBS_JSON,
@@ -67,6 +68,12 @@ class WritePath(SqliteBase):
         if native is self._w.conn and self._owner is not None:
             self._staged.extend(c for c, ok in zip(changes, flags, strict=True) if ok)
         return flags
+
+    async def next_version(self, tx: Any, key: str) -> int:
+        native = native_handle(tx)
+        if not isinstance(native, sqlite3.Connection):
+            raise TypeError("the SQLite store takes a sqlite3.Connection (or its Transaction)")
+        return next_version_on(native, key)
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         cursor = native_handle(tx).cursor()
