@@ -6,18 +6,22 @@ one version only within one process (docs/decisions.md D21); a version from this
 counter orders them across processes, in commit order: the counter's row is written in
 the caller's transaction, so a second transaction that asks for the same key waits
 until the first one ends (PostgreSQL's row lock, SQLite's single writer, MongoDB's write
-conflict and retry, the memory store's lock per key).
+conflict, which aborts the second at once and `run_in_transaction` retries until the
+first has ended; the memory store's lock per key).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import DeliveryMode
+from jobledger.engine import Engine
 from jobledger.storage.port import Store
 from tests.contract.lanes_kit import drain, keys_in, make_engine, one_pod
 
@@ -68,6 +72,9 @@ async def test_a_second_transaction_waits_for_the_first_and_counts_after_it(
 
     async def second() -> int:
         await first_has_it.wait()
+        if store.name == "mongodb":  # a write conflict aborts at once: retried until it ends
+            mongo: Any = store
+            return int(await mongo.run_in_transaction(_asker(engine, "order-5")))
         async with engine.transaction() as tx:
             return await engine.next_version("order-5", tx=tx)
 
@@ -77,6 +84,13 @@ async def test_a_second_transaction_waits_for_the_first_and_counts_after_it(
     assert not b.done()  # waiting for the first transaction's counter row
     release_first.set()
     assert await asyncio.wait_for(asyncio.gather(a, b), 10) == [1, 2]
+
+
+def _asker(engine: Engine, key: str) -> Callable[[Any], Awaitable[int]]:
+    async def ask(tx: Any) -> int:
+        return await engine.next_version(key, tx=tx)
+
+    return ask
 
 
 async def test_jobs_enqueued_with_counted_versions_run_in_that_order(
