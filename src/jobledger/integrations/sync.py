@@ -91,8 +91,8 @@ def next_version(app: HasEngine | Engine, conn: Any, key: str) -> int:
 
 
 def writer_for(store: Store, conn: Any) -> Writer:
-    """The store's write path and dedupe lookup on `conn`, once `conn` is known to
-    reach `store` (raises TypeError or ConfigError naming the mismatch)."""
+    """The store's write path, dedupe lookup and counter on `conn`, once `conn` is known
+    to reach `store` (raises TypeError or ConfigError naming the mismatch)."""
     if isinstance(conn, sqlite3.Connection):
         if not isinstance(store, SqliteStore):
             raise ConfigError(f"a sqlite3 connection cannot enqueue into the {store.name} store")
