@@ -138,8 +138,9 @@ class Store(abc.ABC):
         transaction `tx`: kept if `tx` commits, given again if it rolls back. A second
         transaction asking for the same key waits until this one has ended (a row lock,
         SQLite's one writer; on MongoDB a write conflict aborts it, for
-        `run_in_transaction` to retry), so a key's numbers follow commit order. Coordination state, like a lease: no event; the number is
-        recorded where it is used, in a JobEnqueued's `version`."""
+        `run_in_transaction` to retry), so a key's numbers follow commit order.
+        Coordination state, like a lease: no event; the number is recorded where it is
+        used, in a JobEnqueued's `version`."""
 
     async def dedupe_holder(self, key: str) -> str | None:
         """The id of the job that holds dedupe `key` in the committed log, or None — a

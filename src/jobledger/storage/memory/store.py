@@ -119,9 +119,7 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
         self._notify(applied)
 
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
-        native = native_handle(tx)
-        if not isinstance(native, MemoryTx) or native.store is not self:
-            raise TypeError("the memory store takes a MemoryTx from its own transaction()")
+        native = self._own(tx)
         staged_keys = {c.dedupe_key for c in native.staged if c.dedupe_key}
         flags = []
         for change in changes:
@@ -134,8 +132,8 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
         return flags
 
     async def next_version(self, tx: Any, key: str) -> int:
-        native = native_handle(tx)
-        if not isinstance(native, MemoryTx) or native.store is not self or native.done:
+        native = self._own(tx)
+        if native.done:
             raise TypeError("the memory store takes a MemoryTx of its own, still open")
         if key not in native.counters:  # first ask in this transaction: take the key's lock
             lock = self._counter_locks.setdefault(key, asyncio.Lock())
@@ -144,6 +142,12 @@ class MemoryStore(MemoryCoordination, MemoryLog, Store):
             native.counters[key] = self.counters.get(key, 0)
         native.counters[key] += 1
         return native.counters[key]
+
+    def _own(self, tx: Any) -> MemoryTx:
+        native = native_handle(tx)
+        if not isinstance(native, MemoryTx) or native.store is not self:
+            raise TypeError("the memory store takes a MemoryTx from its own transaction()")
+        return native
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         staged = {c.dedupe_key: c.stream for c in native_handle(tx).staged if c.dedupe_key}

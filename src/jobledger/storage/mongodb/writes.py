@@ -62,8 +62,9 @@ async def dedupe_holders(db: Database, session: Session, keys: Sequence[str]) ->
 async def next_version(db: Database, session: Session, key: str) -> int:
     """`Store.next_version`: the key's document in `counters` counted up in `session`'s
     transaction (upserted at 1). A second transaction writing the same document before
-    this one ends meets a write conflict, a TransientTransactionError its
-    `with_transaction` retries; so a key's numbers follow commit order."""
+    this one ends is aborted at once by a write conflict (a TransientTransactionError),
+    which `run_in_transaction` or `with_transaction` retries until this one has ended;
+    so a key's numbers follow commit order."""
     found = await db.counters.find_one_and_update(
         {"_id": key},
         {"$inc": {"value": 1}},

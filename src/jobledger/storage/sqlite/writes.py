@@ -36,6 +36,14 @@ from jobledger.storage.sqlite.statements import (
 )
 
 
+def _callers(tx: Any) -> sqlite3.Connection:
+    """The caller's connection: `tx` itself or the native handle of a `Transaction`."""
+    native = native_handle(tx)
+    if not isinstance(native, sqlite3.Connection):
+        raise TypeError("the SQLite store takes a sqlite3.Connection (or its Transaction)")
+    return native
+
+
 class WritePath(SqliteBase):
     # --- writes ---------------------------------------------------------------------------
     @asynccontextmanager
@@ -61,19 +69,14 @@ class WritePath(SqliteBase):
         run_after_commit(tx)
 
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
-        native = native_handle(tx)
-        if not isinstance(native, sqlite3.Connection):
-            raise TypeError("the SQLite store takes a sqlite3.Connection (or its Transaction)")
+        native = _callers(tx)
         flags = append_on(native, changes)
         if native is self._w.conn and self._owner is not None:
             self._staged.extend(c for c, ok in zip(changes, flags, strict=True) if ok)
         return flags
 
     async def next_version(self, tx: Any, key: str) -> int:
-        native = native_handle(tx)
-        if not isinstance(native, sqlite3.Connection):
-            raise TypeError("the SQLite store takes a sqlite3.Connection (or its Transaction)")
-        return next_version_on(native, key)
+        return next_version_on(_callers(tx), key)
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         cursor = native_handle(tx).cursor()
