@@ -1,5 +1,5 @@
-"""Worker throughput while API clients hammer the admin list and stats routes (issue 19
-item 3), with the same run's throughput without API load as the baseline.
+"""Worker throughput while API clients hammer the admin list and stats routes, with the
+same run's throughput without API load as the baseline.
 
     .venv/bin/python bench/admin_load.py                      # SQLite, 50 clients, 20 s
     .venv/bin/python bench/admin_load.py --store postgres --clients 50 --seconds 20

@@ -1,4 +1,4 @@
-"""What one dashboard request costs as the queue grows (issue 19 item 7): wall time and
+"""What one dashboard request costs as the queue grows: wall time and
 peak Python allocations (tracemalloc) of `jobledger.http.dashboard.dashboard` on a
 SQLite store with n and 10 n jobs (3 of every 8 stay open), after the stats checkpoint
 has caught up; the checkpoint's size; and the stats fold with and without the queue

@@ -26,13 +26,13 @@ server  a private PostgreSQL cluster (initdb in a temporary folder, a free loopb
         first truncates the side's tables (restarting sequences), so each sees the same
         table state. Only the caller's backend is counted, not other connections'.
 
-    .venv/bin/python bench/enqueue_instructions.py --peer-python /tmp/peer-venv/bin/python
+    .venv/bin/python bench/enqueue_instructions.py --peer-python PEER_VENV/bin/python
         [--transactions 400] [--server-transactions 60] [--jobs 2] [--only client,server]
         [--baseline-src DIR | --baseline-src NAME=DIR ...] [--no-flush]
 
 Slow: every client run is an interpreter under callgrind (~50x slower) and every
 server connection a valgrind'd process: about 2.5 minutes with the defaults (N=400
-client, N=60 server) and the two sides on this 2-core VM, under a minute more per
+client, N=60 server) and the two sides on a 2-core machine, under a minute more per
 baseline; a larger N only narrows the small run-to-run noise (timer and event-loop
 work). Client runs go `--jobs` at a time (instruction counts do not depend on the
 load); server runs one at a time. Skips with a message when valgrind or initdb is

@@ -18,7 +18,7 @@ transactions back to back, the side order rotating from cycle to cycle and the
 raw/job order alternating, so the minute-to-minute drift of a noisy shared VM (WAL
 flush times above all) hits every side alike.
 
-    .venv/bin/python bench/enqueue_lockstep.py --peer-python /tmp/peer-venv/bin/python
+    .venv/bin/python bench/enqueue_lockstep.py --peer-python PEER_VENV/bin/python
         [--cycles 40] [--batch 100] [--warmup 200] [--no-flush]
         [--baseline-src DIR | --baseline-src NAME=DIR ...]
 

@@ -1,4 +1,4 @@
-"""Statements an idle pod sends, by query, over a window (issue 21: goal ≤ 0.5/s).
+"""Statements an idle pod sends, by query, over a window (goal: ≤ 0.5/s in any 60 s).
 
 What it runs is what users run: `jobledger.app.build(Settings(), store=PostgresStore(dsn, schema=...))` (what
 `build(url=postgresql://...)` opens, on a fresh schema) and
@@ -8,14 +8,14 @@ schedule ticker, the stats projection, retention and the log archive, default se
 
 Statements are counted at the driver: every `execute`/`executemany`/`copy` of every
 psycopg connection in this process (the pool's and the LISTEN connection), by the
-first words of its text. pg_stat_statements is not loaded on this server
-(shared_preload_libraries is empty), and counting at the driver also sees the LISTEN
+first words of its text. Counting at the driver needs no server extension
+(pg_stat_statements must be in shared_preload_libraries) and also sees the LISTEN
 connection's statements. The count starts after a settle period (the start's own
 statements are reported apart) and covers `--seconds` of idling; the busiest `--window`
 seconds inside it (every window that starts at a statement) are reported too.
 
 The same-run baseline is the same window with the store open and its feed subscribed
-but no runtime (what docs/performance.md's 0.133 statements/s measured).
+but no runtime (bench/pg_idle.py measures that store alone over time).
 
     .venv/bin/python bench/idle_pod.py [--seconds 120] [--settle 2] [--window 60]
 """

@@ -172,7 +172,7 @@ async def engine_run(
     broker_pid: int | None = None,
 ) -> tuple[Run, dict[str, int]]:
     """Drain `work` through Engine + Runtime. `bootstrap` None: the same target name with
-    a no-op handler instead of Kafka (the engine's own ceiling on this machine).
+    a no-op handler instead of Kafka (the engine's own ceiling on the machine it runs on).
     Returns the run's times and what was left in the queue."""
     async with fresh_store(kind, tmp) as store:
         engine = Engine(store, settings=Settings(kafka_target_topics=f"{topic}:{mode}"))

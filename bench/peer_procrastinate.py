@@ -1,8 +1,8 @@
 """jobledger against Procrastinate, the same run, the same PostgreSQL server.
 
-    python3 -m venv /tmp/peer-venv
-    /tmp/peer-venv/bin/pip install procrastinate 'psycopg[binary]'
-    .venv/bin/python bench/peer_procrastinate.py --peer-python /tmp/peer-venv/bin/python
+    python3 -m venv PEER_VENV        # any folder outside this checkout's .venv
+    PEER_VENV/bin/pip install procrastinate 'psycopg[binary]'
+    .venv/bin/python bench/peer_procrastinate.py --peer-python PEER_VENV/bin/python
 
 (or set PEER_PYTHON instead of passing --peer-python). Procrastinate is not a
 dependency of jobledger: its side runs as a subprocess of its own venv (this same file,
@@ -72,10 +72,11 @@ SETUP_HELP = """\
 The Procrastinate side needs its own interpreter (Procrastinate is not a dependency
 of jobledger and must not be installed into its venv). Set it up once:
 
-    python3 -m venv /tmp/peer-venv
-    /tmp/peer-venv/bin/pip install procrastinate 'psycopg[binary]'
+    python3 -m venv PEER_VENV
+    PEER_VENV/bin/pip install procrastinate 'psycopg[binary]'
 
-then pass --peer-python /tmp/peer-venv/bin/python or export PEER_PYTHON=/tmp/peer-venv/bin/python
+(PEER_VENV: any folder outside this checkout's .venv), then pass
+--peer-python PEER_VENV/bin/python or export PEER_PYTHON=PEER_VENV/bin/python
 """
 
 
@@ -88,7 +89,7 @@ def pct(values: list[float], q: float) -> float:
 def bench_dsn(schema: str | None = None) -> str:
     """Every connection of both sides; `--no-flush` (inherited by the Procrastinate side
     through NO_FLUSH_ENV) adds `synchronous_commit=off`: the commits then skip the WAL
-    flush, whose time on this shared disk swings several-fold from minute to minute."""
+    flush, whose time on a shared disk can swing several-fold from minute to minute."""
     from psycopg.conninfo import make_conninfo
 
     options = [f"-c search_path={schema}"] if schema is not None else []
@@ -613,7 +614,8 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--baseline-src",
-        help="tx: also run jobledger's side from this source tree (e.g. /work/main/src)"
+        help="tx: also run jobledger's side from this source tree"
+        " (e.g. path/to/other/checkout/src)"
         " in a subprocess, taking turns with the other two: a same-run before/after",
     )
     parser.add_argument("--peer-side", choices=["drain", "wake", "tx"], help=argparse.SUPPRESS)

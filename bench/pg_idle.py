@@ -1,8 +1,8 @@
 """Statements per second an idle PostgresStore issues (goal: none but heartbeats).
 
-pg_stat_statements is not installed here, so the bench counts transactions of its own
-database in pg_stat_database (xact_commit + xact_rollback; every statement outside a
-transaction block is one). The baseline is the same window with no store open, in
+The bench needs no server extension (such as pg_stat_statements): it counts the
+transactions of its own database in pg_stat_database (xact_commit + xact_rollback;
+every statement outside a transaction block is one). The baseline is the same window with no store open, in
 the same run; the bench's own counter reads are subtracted.
 
     .venv/bin/python bench/pg_idle.py [--seconds 20]

@@ -1,4 +1,4 @@
-"""Pod start to first delivery, and an idle pod's stop (issue 21: ≤ 150 ms, ≤ 100 ms).
+"""Pod start to first delivery, and an idle pod's stop (goals: ≤ 150 ms, ≤ 100 ms).
 
 What users run: `jobledger.app.build(Settings(), store=PostgresStore(dsn, schema=...))`
 (what `build(url=postgresql://...)` opens), a fast-lane at-least-once target

@@ -1,4 +1,4 @@
-"""Auditors' commands at scale (issue 21): `jobledger verify` and `jobledger replay` on a
+"""Auditors' commands at scale: `jobledger verify` and `jobledger replay` on a
 log of 1M events, as separate processes, with their events/s and peak RSS.
 
     .venv/bin/python bench/replay_verify.py --store sqlite --events 1000000

@@ -1,5 +1,5 @@
 """Commit → handler latency of a **sync** enqueue on the caller's own connection
-(jobledger.integrations.sync, issue 20 item 4) against the async paths, same run.
+(jobledger.integrations.sync) against the async paths, same run.
 
     .venv/bin/python bench/sync_wake_latency.py --store sqlite --samples 100
 
