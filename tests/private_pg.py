@@ -12,12 +12,13 @@ import asyncio
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+from tests.net import free_port
 
 
 def pg_bin() -> Path | None:
@@ -29,12 +30,6 @@ def pg_bin() -> Path | None:
         return roots[-1]
     found = shutil.which("pg_ctl")
     return Path(found).resolve().parent if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateCluster:

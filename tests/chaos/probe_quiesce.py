@@ -1,10 +1,11 @@
-"""Issue 18, repeatable: v3's end-offset quiesce against v4's fences on a hidden tail.
+"""The lost-record case, repeatable: v3's end-offset quiesce against v4's fences on a
+hidden tail.
 
     python -m tests.chaos.probe_quiesce [rounds] [cases]
 
 3 producers write 1-5 records each to `chaos.alo` partition 2 of a fresh tansu, round
 after round, until a fresh consumer misses acknowledged records at the partition's end
-(tansu hides them for up to ~5 s, docs/reliability.md "Issue 18"). Then a recorder that
+(tansu hides them for up to ~5 s, docs/reliability.md "The test broker's offsets"). Then a recorder that
 holds exactly what the broker returns waits for v3's condition (end offsets stable 1 s,
 read up to them) and reports which acknowledged records were unread when it held, then
 runs v4's quiesce (fences) and reports what is still unread. Prints one line per case.

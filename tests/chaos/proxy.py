@@ -32,7 +32,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.tansu import Tansu, free_port
+from tests.net import free_port
+from tests.tansu import Tansu
 
 PRODUCE = 0  # the Produce request's api key
 

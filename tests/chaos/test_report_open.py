@@ -9,9 +9,10 @@ from pathlib import Path
 from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Lane
 from jobledger.storage.memory import MemoryStore
+from tests.builders import make_engine
 from tests.chaos.harness import Config, report_open
 from tests.chaos.summary import Summary
-from tests.contract.lanes_kit import enqueue, make_engine
+from tests.contract.lanes_kit import enqueue
 
 
 async def test_an_undrained_run_reports_the_lease_of_each_open_partition(

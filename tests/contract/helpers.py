@@ -9,14 +9,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobledger.core.clock import FakeClock
-from jobledger.core.ids import new_id, new_token
+from jobledger.core.ids import new_token
 from jobledger.domain import job_commands, job_outcomes, jobs, schedules
-from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
-from jobledger.domain.policies import partition_of
+from jobledger.domain.jobs import Change, Job, Lane, Stamp
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.schedule_spec import ScheduleSpec
 from jobledger.engine import Engine
 from jobledger.storage.port import Store, Wake
+from tests.builders import new_job as new_job  # shared with the other suites
 
 FAST = "fast:t"
 FAST_OTHER = "fast:u"
@@ -44,31 +44,6 @@ async def enqueue(engine: Engine, target: str = FAST, payload: Any = None, **opt
     job = await engine.store.get_job(result.job_id)
     assert job is not None
     return job
-
-
-def new_job(
-    clock: FakeClock,
-    *,
-    target: str = FAST,
-    lane: Lane = Lane.FAST,
-    key: str | None = None,
-    dedupe_key: str | None = None,
-    partitions: int = 64,
-    job_id: str | None = None,
-    code: str | None = None,
-) -> Change:
-    """A JobEnqueued change built by the domain, for feeding `apply` directly."""
-    ident = job_id or new_id(int(clock.now().timestamp() * 1000))
-    dedupe = dedupe_key or ident
-    return job_commands.enqueued(
-        job_id=ident,
-        spec=NewJob(target, {"n": 1}, code, key, 0, dedupe_key),
-        code=code or target,
-        lane=lane,
-        partition=partition_of(key, dedupe, partitions),
-        dedupe_key=dedupe,
-        stamp=Stamp(clock.now()),
-    )
 
 
 def claim(job: Job, clock: FakeClock, *, pod: str = "pod-a", exclusive: bool = False) -> Change:

@@ -7,18 +7,17 @@ drives rounds by hand (`await pod.fast.step(p)`) under the `FakeClock`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import DeliveryMode, Job
 from jobledger.domain.policies import partition_of
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store
+from tests.builders import make_engine as make_engine  # shared with the other suites
 
 
 def keys_in(partition: int, count: int, *, partitions: int = 64, prefix: str = "k") -> list[str]:
@@ -31,11 +30,6 @@ def keys_in(partition: int, count: int, *, partitions: int = 64, prefix: str = "
             found.append(key)
         i += 1
     return found
-
-
-def make_engine(store: Store, clock: FakeClock, **overrides: Any) -> Engine:
-    settings = dataclasses.replace(Settings(partitions=store.partitions), **overrides)
-    return Engine(store, clock=clock, settings=settings)
 
 
 class Recorder:

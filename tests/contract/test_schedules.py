@@ -1,24 +1,22 @@
-"""Schedules end to end on every adapter (reference §11 schedules.service.spec.ts).
+"""Schedules end to end on every adapter.
 
 A `Scheduler` over the `store` fixture with a `FakeClock`; slots run through the real
 long lane of a `Runtime` (reserve + run_batch driven by hand, so nothing waits in real
-time). Tests follow the reference's list: cron in a zone, bad cron, default policy, one
-job per slot over 2 pods, retry inside a slot, DEAD slot then next slot, missed slots
-after downtime, disable, override, 404/400, one RUNNING per code (S-18), run_once
-collapse (S-19), other codes keep running while one exclusive code runs long (S-21/22).
+time). The tests cover the reference engine's schedule cases: cron in a zone, bad
+cron, default policy, one job per slot over 2 pods, retry inside a slot, DEAD slot then
+next slot, missed slots after downtime, disable, override, 404/400, one RUNNING per
+code, run_once collapse, other codes keep running while one exclusive code runs long.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
 
-from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
 from jobledger.domain.errors import DuplicateSchedule, InvalidCron, NotFound
 from jobledger.domain.events import Actor, Event, EventType, verify_chain
@@ -30,6 +28,7 @@ from jobledger.reactors.runtime import Runtime
 from jobledger.reactors.scheduler import Scheduler, SlotRun
 from jobledger.storage.feed import Subscription
 from jobledger.storage.port import JobFilter, Store
+from tests.builders import make_engine
 from tests.contract.conftest import Kit
 
 ADMIN = Actor(id="alice", via="http", role="admin")
@@ -65,11 +64,6 @@ class Missed(Observer):
 
     def schedule_missed(self, code: str, slots: int, reason: str) -> None:
         self.calls.append((code, slots, reason))
-
-
-def make_engine(store: Store, clock: FakeClock, **overrides: Any) -> Engine:
-    settings = dataclasses.replace(Settings(partitions=store.partitions), **overrides)
-    return Engine(store, clock=clock, settings=settings)
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.net import free_port
+
 MAIN = "from jobledger.cli import main; raise SystemExit(main())"
 
 
@@ -47,12 +49,6 @@ def taken_port() -> Iterator[int]:
         held.bind(("127.0.0.1", 0))
         held.listen()
         yield held.getsockname()[1]
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -102,7 +98,7 @@ def test_a_taken_port_is_one_line_before_anything_starts(tmp_path: Path) -> None
 
 
 def test_an_unreachable_postgres_server_is_one_line_within_seconds(tmp_path: Path) -> None:
-    url = f"postgresql://postgres@127.0.0.1:{closed_port()}/jobs"
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/jobs"
     for command in (("migrate",), ("archive", "--older-than-days", "1"), ("worker",)):
         # the pool would wait 30 s and print a traceback; the probe answers at once
         line = one_line(run("--store", url, *command, cwd=tmp_path, timeout=20))
@@ -111,7 +107,7 @@ def test_an_unreachable_postgres_server_is_one_line_within_seconds(tmp_path: Pat
 
 
 def test_an_unreachable_mongodb_store_is_one_line_within_seconds(tmp_path: Path) -> None:
-    url = f"mongodb://127.0.0.1:{closed_port()}/jobs?directConnection=true"
+    url = f"mongodb://127.0.0.1:{free_port()}/jobs?directConnection=true"
     for command in (("migrate",), ("verify",)):
         # the driver would select a server for 30 s, then print a traceback
         line = one_line(run("--store", url, *command, cwd=tmp_path, timeout=20))
@@ -138,6 +134,6 @@ def test_an_output_file_in_a_missing_folder_is_one_line(tmp_path: Path) -> None:
 
 def test_an_unreachable_reference_mongodb_is_one_line(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'jobs.db'}"
-    source = f"mongodb://127.0.0.1:{closed_port()}/reference?directConnection=true"
+    source = f"mongodb://127.0.0.1:{free_port()}/reference?directConnection=true"
     line = one_line(run("--store", db, "import-reference", "--from", source, cwd=tmp_path))
     assert line.startswith("jobledger: invalid_config: cannot reach the reference MongoDB")

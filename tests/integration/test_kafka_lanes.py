@@ -27,7 +27,8 @@ from jobledger.storage.port import Store
 from jobledger.targets.kafka import KafkaTarget, install_kafka
 from jobledger.targets.kafka_record import Record
 from jobledger.targets.kafka_rules import KafkaEvent
-from tests.contract.lanes_kit import drain, enqueue, keys_in, make_engine, pod
+from tests.builders import make_engine
+from tests.contract.lanes_kit import drain, enqueue, keys_in, pod
 from tests.stores import make_store
 from tests.tansu import Tansu, consume, create_topic, tansu_fixture  # noqa: F401  (fixture `tansu`)
 

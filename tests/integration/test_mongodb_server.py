@@ -34,7 +34,8 @@ from jobledger.domain.jobs import DeliveryMode, JobStatus, Lane, Stamp
 from jobledger.storage.mongodb import MongoStore
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.port import Wake
-from tests.contract.lanes_kit import Recorder, enqueue, keys_in, make_engine, pod, until
+from tests.builders import make_engine
+from tests.contract.lanes_kit import Recorder, enqueue, keys_in, pod, until
 from tests.e2e.test_docs_examples import ROOT, Block, blocks_of, run_block
 from tests.factories.mongodb import (
     SKIP_REASON,

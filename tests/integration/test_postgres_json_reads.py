@@ -14,8 +14,8 @@ from psycopg.pq import Format
 from jobledger.core.clock import FakeClock
 from jobledger.storage import jsontext
 from jobledger.storage.postgres import PostgresStore
+from tests.builders import new_job
 from tests.factories.postgres import make_store
-from tests.integration.test_postgres_store import new_job
 
 pytestmark = pytest.mark.postgres
 

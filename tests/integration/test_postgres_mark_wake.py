@@ -1,4 +1,4 @@
-"""A first mark (`Store.mark_first`) sends no wake-up (issue 21, the wake tail): a NOTIFY
+"""A first mark (`Store.mark_first`) sends no wake-up: a NOTIFY
 in its transaction would hold PostgreSQL's notification-queue lock through its commit's
 flush, on the commit → handler path, for a wake-up nobody needs (the row goes in
 flight; the pod that marks it is the partition's only worker).
@@ -19,7 +19,7 @@ from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Job, Stamp
 from jobledger.storage.port import LeaseGuard, Wake
 from jobledger.storage.postgres import PostgresStore
-from tests.contract.helpers import new_job
+from tests.builders import new_job
 
 pytestmark = pytest.mark.postgres
 

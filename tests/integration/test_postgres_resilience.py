@@ -14,8 +14,8 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Lane
 from jobledger.storage.port import EVERYTHING, Wake
 from jobledger.storage.postgres import PostgresStore
+from tests.builders import new_job
 from tests.factories.postgres import business_count, business_write, make_store
-from tests.integration.test_postgres_store import new_job
 
 pytestmark = pytest.mark.postgres
 

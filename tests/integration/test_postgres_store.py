@@ -14,39 +14,16 @@ import psycopg
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.core.ids import new_id
 from jobledger.domain import job_commands, job_outcomes
-from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
-from jobledger.domain.policies import partition_of
+from jobledger.domain.jobs import Job, Lane, Stamp
 from jobledger.storage.port import EVERYTHING, LeaseGuard, Wake
 from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.schema import LATEST, migrate
 from jobledger.storage.rows import JOB_FIELDS, SCHEDULE_FIELDS
+from tests.builders import new_job
 from tests.factories.postgres import business_count, business_write, fresh_schema
 
 pytestmark = pytest.mark.postgres
-
-
-def new_job(
-    clock: FakeClock,
-    *,
-    target: str = "kafka:t",
-    lane: Lane = Lane.FAST,
-    key: str | None = None,
-    dedupe: str | None = None,
-    payload: Any = None,
-) -> Change:
-    job_id = new_id(int(clock.now().timestamp() * 1000))
-    dedupe_key = dedupe or job_id
-    return job_commands.enqueued(
-        job_id=job_id,
-        spec=NewJob(target, payload, key=key),
-        code=target,
-        lane=lane,
-        partition=partition_of(key, dedupe_key),
-        dedupe_key=dedupe_key,
-        stamp=Stamp(clock.now()),
-    )
 
 
 async def next_wake(feed: AsyncIterator[Wake], timeout: float = 10.0) -> Wake:
@@ -114,15 +91,15 @@ async def test_a_seen_dedupe_key_inserts_nothing_and_never_aborts_the_callers_tr
     pg: PostgresStore, clock: FakeClock
 ) -> None:
     async with pg.transaction() as tx:
-        assert await pg.append_in(tx, [new_job(clock, dedupe="d-1")]) == [True]
+        assert await pg.append_in(tx, [new_job(clock, dedupe_key="d-1")]) == [True]
     async with pg.transaction() as tx:
         # the same key again, and twice within one call: the first of the call wins
         flags = await pg.append_in(
             tx,
             [
-                new_job(clock, dedupe="d-1"),
-                new_job(clock, dedupe="d-2"),
-                new_job(clock, dedupe="d-2"),
+                new_job(clock, dedupe_key="d-1"),
+                new_job(clock, dedupe_key="d-2"),
+                new_job(clock, dedupe_key="d-2"),
             ],
         )
         assert flags == [False, True, False]
@@ -130,7 +107,7 @@ async def test_a_seen_dedupe_key_inserts_nothing_and_never_aborts_the_callers_tr
     assert len(await pg.all_jobs()) == 2
     assert await business_count(pg) == 1
     # both keys are in the log now: only an unseen key inserts
-    fresh = [new_job(clock, dedupe=key) for key in ("d-1", "d-2", "d-3")]
+    fresh = [new_job(clock, dedupe_key=key) for key in ("d-1", "d-2", "d-3")]
     assert await pg.apply(fresh) == [False, False, True]
 
 
@@ -140,9 +117,9 @@ async def test_two_open_transactions_racing_on_one_dedupe_key_keep_one_and_abort
     conn_a = await psycopg.AsyncConnection.connect(pg.dsn)
     conn_b = await psycopg.AsyncConnection.connect(pg.dsn)
     try:
-        assert await pg.append_in(conn_a, [new_job(clock, dedupe="race")]) == [True]
+        assert await pg.append_in(conn_a, [new_job(clock, dedupe_key="race")]) == [True]
         # B's insert waits on A's uncommitted key, then sees it committed
-        b = asyncio.create_task(pg.append_in(conn_b, [new_job(clock, dedupe="race")]))
+        b = asyncio.create_task(pg.append_in(conn_b, [new_job(clock, dedupe_key="race")]))
         await asyncio.sleep(0.2)
         assert not b.done()
         await conn_a.commit()
@@ -168,7 +145,7 @@ async def test_apply_drops_losers_one_by_one_and_keeps_the_rest(
     batch = [
         job_commands.dispatch(rows[0], token="t1", pod="p", stamp=stamp),
         job_commands.dispatch(rows[1], token="t2", pod="p", stamp=stamp),  # stale: v1 is gone
-        new_job(clock, dedupe=rows[2].dedupe_key),  # a seen dedupe key
+        new_job(clock, dedupe_key=rows[2].dedupe_key),  # a seen dedupe key
         job_commands.cancel(rows[3], stamp),  # leaves the queue
         job_commands.dispatch(
             rows[3], token="t3", pod="p", stamp=stamp

@@ -12,7 +12,7 @@ partition):
   the partition's last batch (a batch of 5 at 3..7 reports 4);
 * a fetch may not return a partition's last acknowledged records for up to ~5 s (tansu's
   metadata cache retention), unless the partition is written again: a few rounds in a
-  thousand with 3 producers (docs/reliability.md, "Issue 18"). The slow test shows the
+  thousand with 3 producers (docs/reliability.md, "The test broker's offsets"). The slow test shows the
   property the harness relies on instead (tests/chaos/record.py, `Recorder.quiesced`):
   after one more write (a fence) is acknowledged, every record acknowledged before it is
   read back.

@@ -6,17 +6,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import job_commands
-from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.observability.alerts import AlertObserver, LogAlertHook
-
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+from tests.builders import T0, a_job
 
 
 class Pager:
@@ -29,15 +25,6 @@ class Pager:
     @property
     def kinds(self) -> list[str]:
         return [kind for kind, _, _ in self.alerts]
-
-
-def a_job() -> Job:
-    change = job_commands.enqueued(
-        job_id="1" * 32, spec=NewJob("kafka:orders", key="o-1"), code="order_update",
-        lane=Lane.FAST, partition=1, dedupe_key="order_update:o-1:1", stamp=Stamp(T0),
-    )  # fmt: skip
-    row: Job = change.row
-    return row
 
 
 def test_dead_job_alerts_with_its_fields() -> None:

@@ -15,7 +15,8 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import DeliveryMode, Job, JobStatus
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.memory import MemoryStore
-from tests.contract.lanes_kit import enqueue, make_engine, until
+from tests.builders import make_engine
+from tests.contract.lanes_kit import enqueue, until
 
 
 @pytest.mark.parametrize("lane", ["fast", "long"])

@@ -6,7 +6,6 @@ import io
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,8 +13,6 @@ import pytest
 from jobledger.config.settings import Settings
 from jobledger.core import context
 from jobledger.core.clock import FakeClock
-from jobledger.domain import job_commands
-from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
 from jobledger.engine import Engine
 from jobledger.observability.alerts import AlertObserver
 from jobledger.observability.logs import (
@@ -29,17 +26,7 @@ from jobledger.observability.metrics import MetricsObserver
 from jobledger.observability.observe import RunRecord
 from jobledger.observability.tracing import TracingObserver
 from jobledger.storage.memory import MemoryStore
-
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-
-
-def a_job() -> Job:
-    change = job_commands.enqueued(
-        job_id="3" * 32, spec=NewJob("kafka:orders", key="o-9"), code="order_update",
-        lane=Lane.FAST, partition=2, dedupe_key="order_update:o-9:4", stamp=Stamp(T0, None, "ef" * 16),
-    )  # fmt: skip
-    row: Job = change.row
-    return row
+from tests.builders import T0, a_job
 
 
 @pytest.fixture
@@ -55,11 +42,12 @@ def root_logging() -> Iterator[None]:
 
 def test_run_line_has_the_reference_fields(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    log_run_line(RunRecord(a_job(), "ok", 12.34, 0, None, T0))
-    log_run_line(RunRecord(a_job(), "failed", 3.0, 1, "HTTP 500", T0))
+    job = a_job(trace_id="ef" * 16)
+    log_run_line(RunRecord(job, "ok", 12.34, 0, None, T0))
+    log_run_line(RunRecord(job, "failed", 3.0, 1, "HTTP 500", T0))
     ok, failed = caplog.records
     assert ok.getMessage() == (
-        "job run code=order_update target=kafka:orders dedupe_key=order_update:o-9:4"
+        "job run code=order_update target=kafka:orders dedupe_key=order_update:o-1:1"
         " attempts=0 duration_ms=12.3 result=ok"
     )
     assert ok.levelno == logging.INFO and failed.levelno == logging.WARNING
@@ -130,7 +118,7 @@ def test_configure_logging_json(root_logging: None) -> None:
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1
     data = json.loads(lines[0])
-    assert data["result"] == "ok" and data["dedupe_key"] == "order_update:o-9:4"
+    assert data["result"] == "ok" and data["dedupe_key"] == "order_update:o-1:1"
 
 
 def test_configure_logging_text(root_logging: None) -> None:

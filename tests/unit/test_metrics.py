@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import httpx
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -11,8 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
-from jobledger.domain import job_commands
-from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
+from jobledger.domain.jobs import Job, Lane
 from jobledger.engine import Engine
 from jobledger.observability.logs import install_observers
 from jobledger.observability.metrics import (
@@ -24,17 +23,7 @@ from jobledger.observability.metrics import (
 )
 from jobledger.observability.observe import RunRecord
 from jobledger.storage.memory import MemoryStore
-
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-
-
-def a_job(target: str = "kafka:orders", lane: Lane = Lane.FAST) -> Job:
-    change = job_commands.enqueued(
-        job_id="2" * 32, spec=NewJob(target), code="c", lane=lane, partition=0,
-        dedupe_key="d", stamp=Stamp(T0),
-    )  # fmt: skip
-    row: Job = change.row
-    return row
+from tests.builders import T0, a_job
 
 
 def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import socket
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -15,6 +14,7 @@ from jobledger.domain.jobs import Lane
 from jobledger.storage.feed import LocalFeed
 from jobledger.storage.mongodb import watch
 from jobledger.storage.mongodb.codec import database
+from tests.net import free_port
 
 
 def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
@@ -90,17 +90,10 @@ def test_wake_from_change(change: dict[str, object], expected: tuple[object, obj
     assert (wake.partitions, wake.lanes, wake.schedules) == expected
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 async def test_watcher_keeps_retrying_while_the_server_is_unreachable(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    port = _closed_port()
+    port = free_port()  # nothing listens there
     client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
         f"mongodb://127.0.0.1:{port}/?serverSelectionTimeoutMS=50&connectTimeoutMS=50",
         tz_aware=True,

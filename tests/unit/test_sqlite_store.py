@@ -19,7 +19,8 @@ from jobledger.engine import Engine
 from jobledger.storage.sqlite import SqliteStore
 from jobledger.storage.sqlite.schema import LATEST
 from jobledger.storage.urls import open_store
-from tests.contract.helpers import FAST, LONG, Subscriber, new_job, register_targets
+from tests.builders import new_job
+from tests.contract.helpers import FAST, LONG, Subscriber, register_targets
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from jobledger.core.clock import FakeClock
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.memory import MemoryStore
-from tests.contract.lanes_kit import make_engine
+from tests.builders import make_engine
 
 
 class SlowAnswerStore(MemoryStore):
