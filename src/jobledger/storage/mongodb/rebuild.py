@@ -52,10 +52,9 @@ def index_copies(listed: Iterable[Mapping[str, Any]]) -> list[tuple[list[tuple[s
     return copies
 
 
-async def swap_in(db: Database, collection: str, docs: Iterable[Doc]) -> int:
-    """Make `docs` the whole of `collection`: build them, with `collection`'s indexes,
-    in its staging collection, then rename that over it. Returns how many were written.
-    A staging collection left by an interrupted rebuild is dropped first."""
+async def build(db: Database, collection: str, docs: Iterable[Doc]) -> int:
+    """Write `docs`, with `collection`'s indexes, to its staging collection (a staging
+    collection left by an interrupted rebuild is dropped first). Returns how many."""
     staging = db[staging_name(collection)]
     await staging.drop()
     await db.create_collection(staging.name)
@@ -66,5 +65,10 @@ async def swap_in(db: Database, collection: str, docs: Iterable[Doc]) -> int:
     listed = [dict(index) async for index in await db[collection].list_indexes()]
     for keys, options in index_copies(listed):
         await staging.create_index(keys, **options)
-    await staging.rename(collection, dropTarget=True)
     return written
+
+
+async def swap(db: Database, collections: Iterable[str]) -> None:
+    """Rename each built staging collection over its live one, back to back."""
+    for collection in collections:
+        await db[staging_name(collection)].rename(collection, dropTarget=True)

@@ -32,10 +32,9 @@ from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.feed import LocalFeed, Subscription, wake_of
 from jobledger.storage.mongodb import builders as b
-from jobledger.storage.mongodb import codec, metrics, transactions
+from jobledger.storage.mongodb import codec, metrics, rebuild, transactions
 from jobledger.storage.mongodb.codec import Client, Database, Doc, majority, transaction_options
 from jobledger.storage.mongodb.indexes import migrate
-from jobledger.storage.mongodb.rebuild import swap_in
 from jobledger.storage.mongodb.sequencer import Sequencer
 from jobledger.storage.mongodb.sequencing import log_window
 from jobledger.storage.mongodb.server import check_server
@@ -380,10 +379,12 @@ class MongoStore(Store):
         )
 
     async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
-        """Build each read model beside the live one and rename it over it (no
-        transaction: no limit on the queue's size; decisions D43)."""
-        await swap_in(self.db, "jobs", (b.job_doc(j) for j in jobs))
-        await swap_in(self.db, "schedules", (b.schedule_doc(s) for s in schedules))
+        """Build both read models beside the live ones, then rename each over its live
+        one (no transaction: no limit on the queue's size; each rename is atomic, the
+        two follow each other; decisions D43)."""
+        await rebuild.build(self.db, "jobs", (b.job_doc(j) for j in jobs))
+        await rebuild.build(self.db, "schedules", (b.schedule_doc(s) for s in schedules))
+        await rebuild.swap(self.db, ("jobs", "schedules"))
         self._feed.publish(EVERYTHING)  # the change stream does not report a rename
 
     # --- the change feed ---------------------------------------------------------------------
