@@ -9,11 +9,8 @@ transactions (snapshot read concern, majority write concern) retried as
 `AsyncClientSession` (with a transaction in progress) is joined by `append_in`, which
 never starts, commits or aborts it; the session may come from the application's own
 `AsyncMongoClient`, passed as `MongoStore(client=...)`, whose read preference and
-concerns the store does not inherit (`codec.database`, decisions D42).
-
-Business code on MongoDB runs in `run_in_transaction(callback)` (decisions D40): two
-transactions that enqueue one dedupe key, or count one `next_version` key, conflict,
-and the one that loses is aborted by the server; only a callback can be run again.
+concerns the store does not inherit (`codec.database`, decisions D42). Business code
+runs in `run_in_transaction(callback)` (decisions D40).
 """
 
 from __future__ import annotations
@@ -118,8 +115,7 @@ class MongoStore(Store):
             await self.client.close()
 
     def register_metrics(self, registry: Any) -> None:
-        """Add the watcher's and the sequencer's counters to a Prometheus `registry`
-        (`install_observers` calls it with the engine's)."""
+        """The watcher's and sequencer's counters on a Prometheus `registry` (metrics.py)."""
         metrics.register(registry, self.watcher, self.sequencer)
 
     # --- transactions -------------------------------------------------------------------
@@ -136,16 +132,14 @@ class MongoStore(Store):
         way to run business code on MongoDB (decisions D40).
 
         `callback(tx)` writes with `tx.native` (the session) and enqueues with `tx=tx`.
-        On a `TransientTransactionError` (a write conflict — another transaction
-        enqueueing the same dedupe key or counting the same `next_version` key —, a
-        failover) the transaction is aborted and the *whole callback* runs again with a
-        fresh `tx`, after PyMongo's backoff, for up to 120 s: the second of two
-        transactions with one dedupe key then finds the first's job and returns it with
-        `inserted=False`. On `UnknownTransactionCommitResult` only the commit is
-        retried. After-commit hooks are those registered by the attempt that committed,
-        run once, after the commit; hooks of aborted attempts never run. So the callback
-        must be safe to re-run: only database writes in it, side effects in
-        `tx.after_commit`.
+        On a `TransientTransactionError` (a write conflict — another transaction with
+        the same dedupe key or `next_version` key —, a failover) the transaction is
+        aborted and the *whole callback* runs again with a fresh `tx`, after PyMongo's
+        backoff, for up to 120 s (the second of two with one dedupe key then finds the
+        first's job: `inserted=False`). On `UnknownTransactionCommitResult` only the
+        commit is retried. Only the committed attempt's after-commit hooks run, once,
+        after the commit. So the callback must be safe to re-run: only database writes
+        in it, side effects in `tx.after_commit`.
         """
         attempt: list[Transaction] = []
 
