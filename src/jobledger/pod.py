@@ -213,6 +213,7 @@ def build(
             store_url(url or settings.store_url),
             partitions=settings.partitions,
             schema=settings.postgres_schema,
+            mongodb_dead_ttl_seconds=settings.mongodb_dead_ttl_seconds,
         )
     engine = Engine(store, clock=clock or SystemClock(), settings=settings)
     install_observers(engine, settings)

@@ -5,9 +5,19 @@ a Docker engine answers (tests/factories/mongodb.py); otherwise every test here 
 skipped with the reason printed (`pytest -rs`). Each test works in a fresh database,
 dropped afterwards.
 
-* `explain()` of the three hot reads: the dedupe lookup every enqueue makes, the fast
-  lane's partition read and the long lane's candidate read use an index (IXSCAN) and
-  never scan the collection (COLLSCAN) — docs/mongodb.md "Check the index use".
+* `explain()` of the hot reads: the dedupe lookup every enqueue makes, the fast lane's
+  partition read, the long lane's candidate read, and the log's reads — the pending
+  probe every `read_log` makes, a sequencing step's read, the page up to the mark, the
+  newest-first page and the highest position — use an index (IXSCAN) and never scan the
+  collection (COLLSCAN) — docs/mongodb.md "Check the index use".
+* 20 concurrent business transactions submit one dedupe key through
+  `run_in_transaction`: one job, all 20 business writes committed, every caller told
+  that job; 20 concurrent `next_version` calls on one key get 1..20.
+* A step held by a pod that died in it (a transaction left open on the head document):
+  readers return at once with the published mark; once it is aborted, the next read
+  positions what was committed meanwhile.
+* `replay --apply`'s swap keeps every index and leaves no staging collection; a log
+  written by the first release gets its mark seeded from its highest position.
 * A second pod's change stream wakes exactly the partition and lane of a job's insert
   and of its update (the update event looks the row up).
 * 20 business transactions enqueue concurrently while a fast lane commits its marks and
@@ -33,7 +43,9 @@ from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus, Lane, Stamp
 from jobledger.storage.mongodb import MongoStore
 from jobledger.storage.mongodb import builders as b
-from jobledger.storage.port import Wake
+from jobledger.storage.mongodb import indexes as ix
+from jobledger.storage.mongodb.codec import transaction_options
+from jobledger.storage.port import Transaction, Wake
 from tests.builders import make_engine
 from tests.contract.lanes_kit import Recorder, enqueue, keys_in, pod, until
 from tests.e2e.test_docs_examples import ROOT, Block, blocks_of, run_block
@@ -143,6 +155,167 @@ async def test_the_long_lane_read_uses_indexes(mongo: MongoStore, clock: FakeClo
     # each $or branch on its partial index (or on status_newest, which the planner may
     # prefer for a branch on a small collection): never a collection scan
     assert_index_scan(explained, uses={"pending_due", "running_lease", "status_newest"})
+
+
+async def test_the_logs_reads_use_their_indexes(mongo: MongoStore, clock: FakeClock) -> None:
+    """Every `read_log` first asks whether an event is pending; the filter `pending:
+    true` names no key of the `pending` index, so only the sort on its keys (and the
+    hint) keep that probe off a collection scan of the whole log."""
+    await _fill(mongo, clock)  # 340 JobEnqueued and 8 JobClaimed, all pending
+    flt, projection, sort = b.pending_query()
+    probe = mongo.db.events.find(flt, projection).sort(sort).hint(b.PENDING_INDEX).limit(1)
+    assert_index_scan(await probe.explain(), uses={b.PENDING_INDEX})
+    assert await mongo.sequencer.any_pending()
+    assert len(await mongo.read_log(0, limit=100_000)) == 348  # positioned by the steps
+    assert not await mongo.sequencer.any_pending()
+    engine = make_engine(mongo, clock)
+    engine.targets.register(FAST, "fast", Recorder())
+    await enqueue(engine, FAST, [{"payload": n, "key": f"late-{n}"} for n in range(3)])
+    # without the hint too: with 3 entries against the log's 351, the planner picks it
+    unhinted = mongo.db.events.find(flt, projection).sort(sort).limit(1000)
+    assert_index_scan(await unhinted.explain(), uses={b.PENDING_INDEX})
+    step_read = mongo.db.events.find(flt, projection).sort(sort).hint(b.PENDING_INDEX)
+    assert_index_scan(await step_read.limit(1000).explain(), uses={b.PENDING_INDEX})
+    query, order = b.read_log_query(10, 200)
+    assert_index_scan(
+        await mongo.db.events.find(query).sort(order).limit(100).explain(), uses={"position"}
+    )
+    query, order = b.log_newest_query(None)
+    assert_index_scan(
+        await mongo.db.events.find(query).sort(order).limit(100).explain(), uses={"position"}
+    )
+    flt, order = b.highest_position_query()
+    assert_index_scan(
+        await mongo.db.events.find(flt).sort(order).hint("position").limit(1).explain(),
+        uses={"position"},
+    )
+    assert await ix.seed_high_water(mongo.db) == 348  # the 3 late ones are still pending
+
+
+# --- business transactions that meet: run_in_transaction runs them again --------------
+
+
+async def test_20_transactions_submitting_one_dedupe_key_make_one_job_and_lose_nothing(
+    mongo: MongoStore, clock: FakeClock
+) -> None:
+    """A double click, a webhook retry: 20 concurrent business transactions write their
+    own row and enqueue one dedupe key. The losers are aborted by the server (a write
+    conflict on the key) and run again by `run_in_transaction`; then they find the
+    winner's job. One job, 20 business rows, every caller told the same job."""
+    engine = make_engine(mongo, clock)
+    engine.targets.register(FAST, "fast", Recorder())
+    attempts: list[int] = []
+
+    async def submit(n: int) -> tuple[str | None, bool]:
+        async def place(tx: Transaction) -> tuple[str | None, bool]:
+            attempts.append(n)
+            await business_write(tx, n)
+            done = await engine.enqueue(
+                FAST, {"order": 7}, key="order-7", dedupe_key="order-placed:7", tx=tx
+            )
+            await asyncio.sleep(0.02)  # held open while the others write the key
+            return done.job_id, done.inserted
+
+        return await mongo.run_in_transaction(place)
+
+    results = await asyncio.gather(*(submit(n) for n in range(20)))
+    assert await business_count(mongo) == 20  # no business transaction lost
+    job_ids = {job_id for job_id, _ in results}
+    assert len(job_ids) == 1 and [inserted for _, inserted in results].count(True) == 1
+    assert [j.id for j in await mongo.all_jobs()] == list(job_ids)
+    assert len(attempts) > 20  # some were aborted and run again
+    enqueued = [e for e in await mongo.read_log(0, limit=1000) if e.type == EventType.JOB_ENQUEUED]
+    assert len(enqueued) == 1
+
+
+async def test_20_concurrent_next_version_calls_on_one_key_count_1_to_20(
+    mongo: MongoStore, clock: FakeClock
+) -> None:
+    engine = make_engine(mongo, clock)
+
+    async def ask(n: int) -> int:
+        async def count(tx: Transaction) -> int:
+            await business_write(tx, n)
+            version = await engine.next_version("order-7", tx=tx)
+            await asyncio.sleep(0.01)
+            return version
+
+        return await mongo.run_in_transaction(count)
+
+    versions = await asyncio.gather(*(ask(n) for n in range(20)))
+    assert sorted(versions) == list(range(1, 21))
+    assert await business_count(mongo) == 20
+
+
+# --- a step held by a dead pod ---------------------------------------------------------
+
+
+async def test_readers_do_not_wait_for_a_step_a_dead_pod_holds(
+    mongo: MongoStore, clock: FakeClock
+) -> None:
+    """A transaction left open with the head document written — a pod killed in the
+    middle of its step, until the server aborts it — makes every other step give way:
+    `read_log` returns at once with the published mark, and after the abort the next
+    read positions what was committed meanwhile."""
+    engine = make_engine(mongo, clock)
+    engine.targets.register(FAST, "fast", Recorder())
+    await enqueue(engine, FAST, [{"payload": 1, "key": "a"}])
+    assert len(await mongo.read_log(0, limit=100)) == 1
+    async with mongo.client.start_session() as dead:
+        await dead.start_transaction(**transaction_options())
+        query, update = b.step_start()
+        await mongo.db.sequencer.update_one(query, update, session=dead)
+        await enqueue(engine, FAST, [{"payload": 2, "key": "b"}])
+        started = asyncio.get_running_loop().time()
+        seen = await asyncio.wait_for(mongo.read_log(0, limit=100), timeout=5)
+        assert asyncio.get_running_loop().time() - started < 5
+        assert [e.position for e in seen] == [1]  # the published mark, nothing more
+        assert mongo.sequencer.gave_way >= 1
+        await dead.abort_transaction()  # what the server does after its lifetime limit
+    after = await mongo.read_log(0, limit=100)
+    assert [e.position for e in after] == [1, 2]
+
+
+# --- replay --apply's swap, the first release's log -----------------------------------
+
+
+async def _indexes(mongo: MongoStore, collection: str) -> list[dict[str, Any]]:
+    listed = [dict(i) async for i in await mongo.db[collection].list_indexes()]
+    return sorted(({k: v for k, v in i.items() if k != "ns"} for i in listed), key=str)
+
+
+async def test_the_read_model_swap_keeps_the_indexes_and_the_rows(
+    mongo: MongoStore, clock: FakeClock
+) -> None:
+    await _fill(mongo, clock)
+    jobs, schedules = await mongo.all_jobs(), await mongo.list_schedules()
+    before = await _indexes(mongo, "jobs")
+    await mongo.db.jobs.delete_many({"lane": "long"})  # a read model gone wrong
+    await mongo.replace_read_models(jobs, schedules)
+    assert await mongo.all_jobs() == jobs
+    assert await _indexes(mongo, "jobs") == before
+    names = await mongo.db.list_collection_names()
+    assert not [n for n in names if n.endswith("__rebuild")]
+
+
+async def test_a_first_release_log_gets_its_mark_from_its_highest_position(
+    mongo: MongoStore, clock: FakeClock
+) -> None:
+    """The first release numbered events in the transaction and kept no `sequencer`
+    document: version 3 of the index migrations seeds the mark, so the next step does
+    not give those positions again."""
+    engine = make_engine(mongo, clock)
+    engine.targets.register(FAST, "fast", Recorder())
+    await enqueue(engine, FAST, [{"payload": n, "key": f"k{n}"} for n in range(5)])
+    assert len(await mongo.read_log(0, limit=100)) == 5
+    # as the first release left it: positions, no head document, index version 1
+    await mongo.db.sequencer.delete_many({})
+    await mongo.db.migrations.update_one(b.by_id(ix.MIGRATIONS_ID), {"$set": {"version": 1}})
+    await mongo.migrate()
+    head = await mongo.db.sequencer.find_one(b.by_id(b.HEAD_ID))
+    assert head is not None and head["high_water"] == 5
+    await enqueue(engine, FAST, [{"payload": 9, "key": "k9"}])
+    assert [e.position for e in await mongo.read_log(0, limit=100)] == [1, 2, 3, 4, 5, 6]
 
 
 # --- the change stream names the partition and lane of an update --------------------

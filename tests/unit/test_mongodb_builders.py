@@ -247,3 +247,16 @@ def test_closed_streams_pipeline_keeps_open_and_recent_streams_out() -> None:
     assert pipeline[6] == {"$match": {"open": {"$size": 0}}}
     assert pipeline[7] == {"$limit": 500}
     assert b.delete_streams_query(["job:a"]) == {"stream": {"$in": ["job:a"]}}
+
+
+def test_a_projection_of_no_fields_returns_only_the_id() -> None:
+    """An empty projection `{}` would return whole documents (payloads included) where
+    the store only asks whether something exists."""
+    assert b.fields() == {"_id": 1}
+    assert b.fields("stream") == {"stream": 1}
+    assert b.fields("stream", "version") == {"stream": 1, "version": 1}
+
+
+def test_the_mark_is_seeded_from_the_highest_position_and_never_lowered() -> None:
+    assert b.highest_position_query() == ({"position": {"$exists": True}}, [("position", -1)])
+    assert b.seed_high_water(41) == ({"_id": "events"}, {"$max": {"high_water": 41}})

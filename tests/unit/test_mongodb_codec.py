@@ -101,6 +101,8 @@ def _sent_by_builder() -> dict[str, list[Any]]:
         "position_update": [b.position_update("job:x/1", 3)],
         "step_start": [b.step_start()],
         "step_finish": [b.step_finish(3)],
+        "highest_position_query": [b.highest_position_query()],
+        "seed_high_water": [b.seed_high_water(41)],
         "fast_pending_query": [b.fast_pending_query(3, None), b.fast_pending_query(3, "k")],
         "long_candidates_query": [b.long_candidates_query(NOW)],
         "running_codes_query": [b.running_codes_query(NOW)],

@@ -76,3 +76,14 @@ def test_dead_ttl_is_reachable_and_changed_in_place() -> None:
         "collMod": "jobs",
         "index": {"name": "dead_ttl", "expireAfterSeconds": 60},
     }
+
+
+def test_version_3_seeds_the_mark_from_the_log_after_the_position_index_exists() -> None:
+    """A database of the first release holds positioned events and no `sequencer`
+    document: a step numbering from 0 would give their positions again. Version 3 seeds
+    the mark, once the `position` index it reads backwards exists (version 2)."""
+    seeding = [m.version for m in ix.MIGRATIONS if m.seed_high_water]
+    assert seeding == [3]
+    made_before = {spec.name for m in ix.MIGRATIONS if m.version < seeding[0] for spec in m.create}
+    assert "position" in made_before
+    assert ix.MIGRATIONS[2].create == () and ix.MIGRATIONS[2].drop == ()

@@ -58,7 +58,8 @@ def run_on_store(
 
 def configured_store(args: argparse.Namespace) -> Store:
     """The store `--store` names, else the config file's or environment's `store_url`,
-    with the `partitions` and `postgres_schema` settings (`--config`); not yet open."""
+    with the `partitions`, `postgres_schema` and `mongodb_dead_ttl_seconds` settings
+    (`--config`); not yet open."""
     from jobledger.config.load import load_settings
 
     settings = load_settings(file=getattr(args, "config", None))
@@ -66,6 +67,7 @@ def configured_store(args: argparse.Namespace) -> Store:
         store_url(getattr(args, "store", None) or settings.store_url),
         partitions=settings.partitions,
         schema=settings.postgres_schema,
+        mongodb_dead_ttl_seconds=settings.mongodb_dead_ttl_seconds,
     )
 
 

@@ -255,6 +255,16 @@ class Settings:
             " (default jobledger).",
         ),
     )
+    # None: the store URL's dead_ttl_seconds=, else no TTL (DEAD rows expire through events)
+    mongodb_dead_ttl_seconds: int | None = field(
+        default=None,
+        metadata=setting(
+            lambda v: None if as_opt_str(str(v)) is None else as_int(v),
+            opt_positive,
+            "MongoDB: server-side TTL on DEAD rows (s), without a JobExpired event;"
+            " unset = none (docs/mongodb.md).",
+        ),
+    )
     # text | json
     log_format: str = field(
         default="text",

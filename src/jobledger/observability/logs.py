@@ -196,6 +196,9 @@ def install_observers(
 
         metrics = MetricsObserver(metrics_registry)
         set_default_registry(metrics.registry)
+        register_store = getattr(engine.store, "register_metrics", None)  # the store's own
+        if register_store is not None:
+            register_store(metrics.registry)
     except ImportError:
         logging.getLogger("jobledger").warning("prometheus_client is not installed: no metrics")
     try:

@@ -123,7 +123,10 @@ class Store(abc.ABC):
         transaction). A change whose dedupe key is already in the log is filtered out
         *before* any insert, so this never raises a duplicate-key error that would
         abort the caller's transaction. Returns, per change, whether it was written.
-        Never commits: the caller does. The change feed fires only after the commit."""
+        Never commits: the caller does. The change feed fires only after the commit.
+        On MongoDB a concurrent transaction enqueueing the same dedupe key makes the
+        server abort `tx` (a TransientTransactionError): run business code there through
+        `run_in_transaction(callback)`, which runs it again and then finds the holder."""
 
     @abc.abstractmethod
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:

@@ -5,7 +5,8 @@ sqlite:///relative.db          the embedded default (sqlite:////abs/path.db)
 postgresql://host/db           psycopg 3 (extra `jobledger[postgres]`); the tables' schema
                                from ?schema=name or options=-csearch_path=name,
                                else `schema=` (the postgres_schema setting), else jobledger
-mongodb://host/?replicaSet=rs  a replica set (extra `jobledger[mongo]`)
+mongodb://host/?replicaSet=rs  a replica set (extra `jobledger[mongo]`); the DEAD-row TTL
+                               from ?dead_ttl_seconds=n, else `mongodb_dead_ttl_seconds=`
 
 A URL that cannot work fails here, in one line (ConfigError), before anything is
 opened: an adapter whose extra is not installed names the extra, a SQLite file in a
@@ -55,9 +56,16 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def open_store(url: str, *, partitions: int = 64, schema: str | None = None) -> Store:
+def open_store(
+    url: str,
+    *,
+    partitions: int = 64,
+    schema: str | None = None,
+    mongodb_dead_ttl_seconds: int | None = None,
+) -> Store:
     """A store for `url`, not yet opened (call `await store.open()`). `schema`: the
-    PostgreSQL schema when the URL names none (other stores ignore it)."""
+    PostgreSQL schema when the URL names none; `mongodb_dead_ttl_seconds`: the MongoDB
+    DEAD-row TTL when the URL names none (other stores ignore them)."""
     scheme = url.split(":", 1)[0].lower()
     if scheme == "memory":
         from jobledger.storage.memory import MemoryStore
@@ -77,7 +85,7 @@ def open_store(url: str, *, partitions: int = 64, schema: str | None = None) -> 
         if scheme in ("mongodb", "mongodb+srv"):
             from jobledger.storage.mongodb import MongoStore
 
-            return MongoStore(url, partitions=partitions)
+            return MongoStore(url, partitions=partitions, dead_ttl_seconds=mongodb_dead_ttl_seconds)
     except ModuleNotFoundError as exc:
         raise _missing_driver(url, exc) from exc
     raise ConfigError(

@@ -46,8 +46,9 @@ def by_id(value: str | int) -> Doc:
 
 
 def fields(*names: str) -> Doc:
-    """A projection returning only `names` (and `_id`)."""
-    return dict.fromkeys(names, 1)
+    """A projection returning only `names` and `_id`; with no names, `_id` alone (an
+    empty projection would return whole documents)."""
+    return dict.fromkeys(names, 1) if names else {"_id": 1}
 
 
 def job_doc(job: Job) -> Doc:
@@ -117,10 +118,29 @@ def step_finish(high_water: int) -> tuple[Doc, Doc]:
     return {"_id": HEAD_ID}, {"$set": {"high_water": high_water}}
 
 
+PENDING_INDEX = "pending"
+"""The partial index on the events waiting for a position: keys (stream, version),
+filter `pending: true` (indexes.py)."""
+
+
 def pending_query() -> tuple[Doc, Doc, list[tuple[str, int]]]:
-    """(filter, projection, sort) of the events waiting for a position, served by the
-    partial `pending` index in (stream, version) order."""
+    """(filter, projection, sort) of the events waiting for a position, in (stream,
+    version) order. The filter names no key of the `pending` index, so it is the sort on
+    the index's keys (and the hint, `PENDING_INDEX`) that lets the planner scan that
+    index instead of the collection; the filter repeats the index's partial filter."""
     return {"pending": True}, {"stream": 1, "version": 1}, [("stream", 1), ("version", 1)]
+
+
+def highest_position_query() -> tuple[Doc, list[tuple[str, int]]]:
+    """(filter, sort) of the positioned event with the highest position: the `position`
+    index read backwards, one entry (its filter repeats the index's partial filter)."""
+    return {"position": {"$exists": True}}, [("position", -1)]
+
+
+def seed_high_water(position: int) -> tuple[Doc, Doc]:
+    """(filter, update) raising the log's mark to at least `position` (an upsert; `$max`
+    never lowers it): a log whose positions were given before the sequencer existed."""
+    return {"_id": HEAD_ID}, {"$max": {"high_water": position}}
 
 
 def position_update(doc_id: str, position: int) -> tuple[Doc, Doc]:

@@ -1,9 +1,18 @@
-"""How the adapter talks BSON, and with which read and write concerns.
+"""How the adapter talks BSON, and with which read preference and concerns.
 
-Dates come back timezone-aware in UTC (`tz_aware=True, tzinfo=UTC`) whatever the
-client's own options are: the store takes its database from the caller's client with
-these codec options, so an application's `AsyncMongoClient(tz_aware=False)` does not
-change what the engine reads.
+The store takes its database handle from the client (its own, or the application's
+`client=`) with options of its own, whatever the client says (decisions D42):
+
+* codec: dates come back timezone-aware in UTC (`tz_aware=True, tzinfo=UTC`), so an
+  application's `AsyncMongoClient(tz_aware=False)` does not change what the engine reads;
+* read preference primary: leases, the queue and `get_job` read what was last
+  committed, never a secondary's stale copy (`secondaryPreferred` on the client);
+* write concern majority: a lease take, a heartbeat or a checkpoint that a failover
+  could roll back is never acknowledged (`w=1` on the client);
+* read concern local: outside transactions the store reads the newest data on the
+  primary, its own writes included (a lane must not read back a row it has just
+  deleted); the log is read in snapshots (`MongoStore.read_log`, decisions D42) and
+  transactions carry their own concerns (`transaction_options`).
 """
 
 from __future__ import annotations
@@ -28,23 +37,36 @@ Session = AsyncClientSession
 CODEC: CodecOptions[Doc] = CodecOptions(tz_aware=True, tzinfo=UTC)
 
 
+PRIMARY = ReadPreference.PRIMARY
+MAJORITY_WRITES = WriteConcern("majority")
+LOCAL_READS = ReadConcern("local")
+MAJORITY_READS = ReadConcern("majority")
+
+
 def database(client: Client, name: str | None) -> Database:
-    """The store's database on `client` with the adapter's codec options (`name`, else
-    the URL's default database, else `jobledger`)."""
+    """The store's database on `client` with the adapter's own codec options, read
+    preference and concerns (`name`, else the URL's default database, else
+    `jobledger`)."""
+    options: dict[str, Any] = {
+        "codec_options": CODEC,
+        "read_preference": PRIMARY,
+        "write_concern": MAJORITY_WRITES,
+        "read_concern": LOCAL_READS,
+    }
     if name:
-        return client.get_database(name, codec_options=CODEC)
-    return client.get_default_database("jobledger", codec_options=CODEC)
+        return client.get_database(name, **options)
+    return client.get_default_database("jobledger", **options)
 
 
 def majority(collection: Collection) -> Collection:
     """`collection` read with majority read concern: what a failover cannot roll back."""
-    return collection.with_options(read_concern=ReadConcern("majority"))
+    return collection.with_options(read_concern=MAJORITY_READS)
 
 
 def transaction_options() -> dict[str, Any]:
     """Engine-owned transactions: snapshot reads, majority commits, on the primary."""
     return {
         "read_concern": ReadConcern("snapshot"),
-        "write_concern": WriteConcern("majority"),
-        "read_preference": ReadPreference.PRIMARY,
+        "write_concern": MAJORITY_WRITES,
+        "read_preference": PRIMARY,
     }

@@ -10,6 +10,10 @@ release, finding a newer version recorded, creates nothing.
 Every query that relies on a partial index repeats the index's filter expression
 literally (`builders.py`), so the planner can prove the index covers it (see
 docs/mongodb.md "Checking index use").
+
+A migration may also seed the log's high-water mark from the positions already in the
+log (version 3): a database that the first release wrote holds positioned events but
+no `sequencer` document, and a step numbering from 0 would give their positions again.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobledger.domain.jobs import Lane
+from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb.builders import PENDING, RUNNING, Doc, by_id
 from jobledger.storage.mongodb.codec import Database
 
@@ -43,6 +48,7 @@ class Migration:
     version: int
     create: Sequence[IndexSpec] = ()
     drop: Sequence[tuple[str, str]] = field(default=())  # (collection, index name)
+    seed_high_water: bool = False  # raise the mark to the log's highest position
 
 
 def _spec(collection: str, keys: list[tuple[str, int]], name: str, **options: Any) -> IndexSpec:
@@ -131,12 +137,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             _spec(
                 "events",
                 [("stream", 1), ("version", 1)],
-                "pending",
+                b.PENDING_INDEX,
                 partialFilterExpression={"pending": True},
             ),
         ),
         drop=(("events", "dedupe_key"), ("schedules", "due")),
     ),
+    # 3: the mark starts at the highest position the first release gave (decisions D44)
+    Migration(3, seed_high_water=True),
 )
 LATEST = MIGRATIONS[-1].version
 
@@ -196,6 +204,16 @@ COLLECTIONS = (
 )
 
 
+async def seed_high_water(db: Database) -> int:
+    """Raise the mark to the highest position in the log (`$max`: never lowered, so a
+    pod seeding while steps run changes nothing they wrote); returns that position."""
+    flt, sort = b.highest_position_query()
+    top = await db.events.find_one(flt, b.fields("position"), sort=sort, hint="position")
+    highest = int(top["position"]) if top else 0
+    await db.sequencer.update_one(*b.seed_high_water(highest), upsert=True)
+    return highest
+
+
 async def migrate(db: Database, dead_ttl_seconds: int | None = None) -> int:
     """Create the collections, apply the index migrations not yet applied, and set the
     DEAD-row TTL when configured; returns the version the database is at."""
@@ -222,6 +240,8 @@ async def migrate(db: Database, dead_ttl_seconds: int | None = None) -> int:
                     raise
         for spec in migration.create:
             await db[spec.collection].create_index(spec.keys, **spec.options)
+        if migration.seed_high_water:
+            await seed_high_water(db)
         await db.migrations.update_one(*applied_update(migration.version), upsert=True)
         applied = max(applied, migration.version)
     if dead_ttl_seconds is not None:

@@ -1,51 +1,70 @@
-"""Positions for committed events, given after commit (decisions D15).
+"""Positions for committed events, given after commit (decisions D15, D41).
 
 Business and lane transactions insert their events `pending` (no position): they write
-only their own documents. A sequencing step, in one engine transaction (snapshot read
-concern — a majority-committed snapshot — and majority write concern):
+only their own documents. A sequencing step is one engine transaction (snapshot read
+concern, majority write concern, on the primary) and **one attempt**:
 
-1. `$inc`s the head document `sequencer._id = "events"` first: two steps write the same
-   document, so one of them gets a write conflict and is retried by `with_transaction`
-   from a fresh snapshot; steps are serial and each numbers from the previous mark;
-2. reads up to `batch` pending events in (stream, version) order (the `pending`
-   partial index) and gives them consecutive positions after the high-water mark
-   (`sequencing.assign_positions`), removing their `pending` flag;
-3. writes the new high-water mark in the head document.
+1. `$inc` the head document `sequencer._id = "events"` first. Two steps write the same
+   document, so the second one gets a write conflict at once (a transaction never waits
+   for another's write) and gives way: its reader goes on with the published mark.
+   Steps therefore commit one after the other, each numbering from the mark the
+   previous one wrote.
+2. Read up to `batch` pending events in (stream, version) order from the partial
+   `pending` index and give them consecutive positions after the mark
+   (`sequencing.assign_positions`), removing their `pending` flag.
+3. Write the new high-water mark in the head document.
 
-Only steps write the head document; no business transaction touches it. A reader
-(`read_log`) calls `catch_up()` — run steps while events are pending, then read the
-mark with majority read concern — and reads positions up to the mark only.
+The transaction reads the newest data on the primary, not a majority snapshot; its
+`w: majority` commit is what makes the step durable, and it can be acknowledged only
+once everything the step read is majority-committed too (the oplog is ordered): a
+step never gives a position to an event a failover rolls back, or else it is rolled
+back with it.
+
+A step's write on the head document is held until it commits or aborts. A pod killed
+in the middle of a step leaves it held until the server aborts the transaction
+(`transactionLifetimeLimitSeconds`, 60 s, found by a sweep that runs every
+min(60, limit / 2) s: at most 90 s at the defaults). Meanwhile every other step gives
+way at once, readers return the log up to the published mark without waiting, and
+events committed since then get their positions when the server has aborted it.
+
+A reader (`MongoStore.read_log`) calls `catch_up()` — steps while an event is pending —
+then reads the mark and the events up to it in one snapshot (`high_water(session)`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
 
 from jobledger.storage.mongodb import builders as b
-from jobledger.storage.mongodb.codec import Database, majority
+from jobledger.storage.mongodb.codec import Database
 from jobledger.storage.mongodb.sequencing import Pending, assign_positions
 
 STEP_BATCH = 1000
 
-InTransaction = Callable[[Callable[[AsyncClientSession], Awaitable[Any]]], Awaitable[Any]]
+StepBody = Callable[[AsyncClientSession], Awaitable[int]]
+#: runs a step's body once in a transaction: its result, or None when it met a conflict
+Attempt = Callable[[StepBody], Awaitable[int | None]]
 
 
 class Sequencer:
-    def __init__(
-        self, db: Database, in_transaction: InTransaction, *, batch: int = STEP_BATCH
-    ) -> None:
+    def __init__(self, db: Database, attempt: Attempt, *, batch: int = STEP_BATCH) -> None:
         self.db = db
-        self.in_transaction = in_transaction
+        self.attempt = attempt
         self.batch = batch
+        self.gave_way = 0  # steps that met another step's write on the head document
+        # one step at a time per store: a pod's readers wait for its own step (which
+        # commits in a few round trips) rather than conflict with it
+        self._serial = asyncio.Lock()
 
-    async def step(self) -> tuple[int, int]:
-        """One sequencing step: (events positioned, the high-water mark after it)."""
+    async def step(self) -> int | None:
+        """One sequencing step: how many events it positioned, or None when it met
+        another step's write on the head document and gave way."""
 
-        async def body(session: AsyncClientSession) -> tuple[int, int]:
+        async def body(session: AsyncClientSession) -> int:
             query, update = b.step_start()
             head = await self.db.sequencer.find_one_and_update(
                 query, update, upsert=True, return_document=ReturnDocument.AFTER, session=session
@@ -53,36 +72,42 @@ class Sequencer:
             # upsert with ReturnDocument.AFTER always returns the document
             high_water = int(head.get("high_water", 0)) if head else 0
             flt, projection, sort = b.pending_query()
-            cursor = self.db.events.find(flt, projection, session=session).sort(sort)
-            pending = [
-                Pending(d["_id"], d["stream"], int(d["version"]))
-                async for d in cursor.limit(self.batch)
-            ]
+            cursor = self.db.events.find(flt, projection, session=session)
+            cursor = cursor.sort(sort).hint(b.PENDING_INDEX).limit(self.batch)
+            pending = [Pending(d["_id"], d["stream"], int(d["version"])) async for d in cursor]
             if not pending:
-                return 0, high_water
-            assigned, new_high = assign_positions(high_water, pending, {p.id for p in pending})
+                return 0
+            assigned, new_high = assign_positions(high_water, pending)
             updates = [UpdateOne(*b.position_update(i, p)) for i, p in assigned]
             await self.db.events.bulk_write(updates, ordered=True, session=session)
             query, update = b.step_finish(new_high)
             await self.db.sequencer.update_one(query, update, session=session)
-            return len(assigned), new_high
+            return len(assigned)
 
-        done, high_water = await self.in_transaction(body)
-        return int(done), int(high_water)
+        done = await self.attempt(body)
+        if done is None:
+            self.gave_way += 1
+        return done
 
-    async def high_water(self) -> int:
-        """The mark, read with majority read concern (what a failover cannot roll back)."""
-        head = await majority(self.db.sequencer).find_one(b.by_id(b.HEAD_ID))
+    async def any_pending(self) -> bool:
+        """Whether an event waits for its position: one entry of the `pending` index
+        (the sort on its keys and the hint make the planner scan it, not the
+        collection, although the filter names none of its keys)."""
+        flt, projection, sort = b.pending_query()
+        found = await self.db.events.find_one(flt, projection, sort=sort, hint=b.PENDING_INDEX)
+        return found is not None
+
+    async def catch_up(self) -> None:
+        """Position the events committed before this call, unless another pod's step
+        holds the head document (then they get their positions from that step or a
+        later one). Nothing pending — an idle log — costs one index entry read."""
+        async with self._serial:
+            while await self.any_pending():
+                done = await self.step()
+                if done is None or done < self.batch:
+                    return
+
+    async def high_water(self, session: AsyncClientSession) -> int:
+        """The published mark, read in `session` (the reader's snapshot)."""
+        head = await self.db.sequencer.find_one(b.by_id(b.HEAD_ID), session=session)
         return int(head.get("high_water", 0)) if head else 0
-
-    async def catch_up(self) -> int:
-        """Position every event committed before this call; return the high-water mark.
-
-        Nothing pending (the common case for an idle log): one indexed read, no write.
-        """
-        flt, _, _ = b.pending_query()
-        while await majority(self.db.events).find_one(flt, b.fields()):
-            done, _ = await self.step()
-            if done < self.batch:
-                break
-        return await self.high_water()

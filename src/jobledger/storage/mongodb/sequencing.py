@@ -14,8 +14,11 @@ The rules, each a function here so they are unit-tested without a server
   within a stream, versions ascend. Version *v+1* is only written by a transaction that
   read version *v* committed, so *v* is either positioned already or pending in the
   same snapshot; ordering by (stream, version) puts it first.
-* `assign_positions`: consecutive numbers after the high-water mark; an event already
-  positioned (a duplicate sighting, a step that raced and lost) consumes no number.
+* `assign_positions`: consecutive numbers after the high-water mark, one per event the
+  step read as pending. Every event it read is still pending when it writes: the step
+  reads and writes in one snapshot transaction, and a step that positioned one of them
+  since then wrote the head document too, so one of the two is aborted by a write
+  conflict before it commits.
 * `log_window`: a reader asks for positions in (after, high_water] only. Every position
   at or below a high-water mark it has read was committed with that mark, so no later
   step can add one there: a reader that saved position *p* never skips an event.
@@ -23,7 +26,7 @@ The rules, each a function here so they are unit-tested without a server
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,18 +48,14 @@ def order_for_positions(pending: Iterable[Pending]) -> list[Pending]:
 
 
 def assign_positions(
-    high_water: int, pending: Sequence[Pending], still_pending: Collection[Any]
+    high_water: int, pending: Sequence[Pending]
 ) -> tuple[list[tuple[Any, int]], int]:
-    """(event id, position) for each event of `pending` still in `still_pending`, in
-    `order_for_positions` order and numbered from `high_water + 1` without gaps; and
-    the new high-water mark."""
-    assigned: list[tuple[Any, int]] = []
-    position = high_water
-    for event in order_for_positions(pending):
-        if event.id in still_pending:
-            position += 1
-            assigned.append((event.id, position))
-    return assigned, position
+    """(event id, position) for each event of `pending`, in `order_for_positions` order
+    and numbered from `high_water + 1` without gaps; and the new high-water mark."""
+    assigned = [
+        (event.id, high_water + n) for n, event in enumerate(order_for_positions(pending), 1)
+    ]
+    return assigned, high_water + len(assigned)
 
 
 def log_window(after: int, high_water: int) -> tuple[int, int] | None:

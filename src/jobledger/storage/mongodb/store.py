@@ -1,20 +1,21 @@
 """The MongoDB adapter's executor: a few lines per port operation.
 
 Every document it sends comes from `builders.py` (indexes: `indexes.py`); transactions
-write through `writes.py`; log positions come from `sequencer.py` (decisions D15); the
-change feed is `watch.py`. Engine-owned writes run in multi-document transactions
-(snapshot read concern, majority write concern) retried as
+write through `writes.py` and run as `transactions.py` says; log positions come from
+`sequencer.py` (decisions D15, D41); the change feed is `watch.py`; `replay --apply`
+swaps collections through `rebuild.py`. Engine-owned writes run in multi-document
+transactions (snapshot read concern, majority write concern) retried as
 `AsyncClientSession.with_transaction` does. A business module's own
 `AsyncClientSession` (with a transaction in progress) is joined by `append_in`, which
 never starts, commits or aborts it; the session may come from the application's own
-`AsyncMongoClient`, passed as `MongoStore(client=...)`.
+`AsyncMongoClient`, passed as `MongoStore(client=...)`, whose read preference and
+concerns the store does not inherit (`codec.database`, decisions D42). Business code
+runs in `run_in_transaction(callback)` (decisions D40).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
@@ -22,28 +23,23 @@ from typing import Any, TypeVar
 
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.client_session import AsyncClientSession
-from pymongo.errors import PyMongoError
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
 from jobledger.storage.feed import LocalFeed, Subscription, wake_of
 from jobledger.storage.mongodb import builders as b
-from jobledger.storage.mongodb import codec
-from jobledger.storage.mongodb.codec import (
-    Client,
-    Database,
-    Doc,
-    majority,
-    transaction_options,
-)
+from jobledger.storage.mongodb import codec, metrics, rebuild, transactions
+from jobledger.storage.mongodb.codec import Client, Database, Doc, majority, transaction_options
 from jobledger.storage.mongodb.indexes import migrate
 from jobledger.storage.mongodb.sequencer import Sequencer
 from jobledger.storage.mongodb.sequencing import log_window
 from jobledger.storage.mongodb.server import check_server
+from jobledger.storage.mongodb.url_options import dead_ttl, split_dead_ttl
 from jobledger.storage.mongodb.watch import ChangeWatcher
 from jobledger.storage.mongodb.writes import dedupe_holders, next_version, write_changes
 from jobledger.storage.port import (
+    EVERYTHING,
     JobFilter,
     LeaseGuard,
     PartitionLease,
@@ -54,10 +50,7 @@ from jobledger.storage.port import (
 )
 from jobledger.storage.rows import as_utc
 
-logger = logging.getLogger("jobledger.storage.mongodb")
 T = TypeVar("T")
-
-COMMIT_RETRY_S = 120.0  # as long as with_transaction retries a commit
 
 
 class MongoStore(Store):
@@ -65,6 +58,8 @@ class MongoStore(Store):
 
     Give it a URL (the store opens and closes its own client) or the application's own
     `AsyncMongoClient` (`client=`; the store never closes it) and a `database` name.
+    `dead_ttl_seconds` (or the URL's `dead_ttl_seconds=`) adds a server-side TTL on
+    DEAD rows (`indexes.dead_ttl_spec`).
     """
 
     name = "mongodb"
@@ -82,22 +77,26 @@ class MongoStore(Store):
             raise TypeError("MongoStore needs exactly one of url or client=")
         self.url = url
         self.partitions = partitions
-        self.dead_ttl_seconds = dead_ttl_seconds
+        driver_url, from_url = split_dead_ttl(url) if url is not None else (None, None)
+        self.dead_ttl_seconds = dead_ttl(from_url, dead_ttl_seconds)
         self._owns_client = client is None
         self.client: Client = (
             client
             if client is not None
-            else AsyncMongoClient[Doc](url, tz_aware=True, tzinfo=UTC, retryWrites=True)
+            else AsyncMongoClient[Doc](driver_url, tz_aware=True, tzinfo=UTC, retryWrites=True)
         )
         self.db: Database = codec.database(self.client, database)
         self._feed = LocalFeed()
-        self.watcher = ChangeWatcher(self.db, self._feed)
+        # change streams return majority-committed changes: read the token the same way
+        self.watcher = ChangeWatcher(
+            self.db.with_options(read_concern=codec.MAJORITY_READS), self._feed
+        )
         self._watch_task: asyncio.Task[None] | None = None
-        self.sequencer = Sequencer(self.db, self._in_transaction)
+        self.sequencer = Sequencer(self.db, self._one_attempt)
 
     # --- life cycle ---------------------------------------------------------------------
     async def open(self) -> None:
-        await check_server(self.client)
+        await check_server(self.client, self.db.name)
         await self.migrate()
         if self._watch_task is None:
             self._watch_task = asyncio.create_task(self.watcher.run(), name="jobledger-mongo-feed")
@@ -115,23 +114,32 @@ class MongoStore(Store):
         if self._owns_client:
             await self.client.close()
 
+    def register_metrics(self, registry: Any) -> None:
+        """The watcher's and sequencer's counters on a Prometheus `registry` (metrics.py)."""
+        metrics.register(registry, self.watcher, self.sequencer)
+
     # --- transactions -------------------------------------------------------------------
     async def _in_transaction(self, body: Callable[[AsyncClientSession], Awaitable[T]]) -> T:
         """Run `body(session)` in an engine-owned transaction, with_transaction style."""
-        async with self.client.start_session() as session:
-            result: T = await session.with_transaction(body, **transaction_options())
-            return result
+        return await transactions.retried(self.client, body)
+
+    async def _one_attempt(self, body: Callable[[AsyncClientSession], Awaitable[T]]) -> T | None:
+        """Run `body(session)` once in an engine-owned transaction; None on a conflict."""
+        return await transactions.one_attempt(self.client, body)
 
     async def run_in_transaction(self, callback: Callable[[Transaction], Awaitable[T]]) -> T:
-        """Run business code in a transaction, retried as `with_transaction` does.
+        """Run business code in a transaction, retried as `with_transaction` does: the
+        way to run business code on MongoDB (decisions D40).
 
         `callback(tx)` writes with `tx.native` (the session) and enqueues with `tx=tx`.
-        On a `TransientTransactionError` (a write conflict, a failover) the transaction is
-        aborted and the *whole callback* runs again with a fresh `tx`, for up to 120 s;
-        on `UnknownTransactionCommitResult` only the commit is retried. After-commit hooks
-        are those registered by the attempt that committed, run once, after the commit;
-        hooks of aborted attempts never run. So the callback must be safe to re-run:
-        only database writes in it, side effects in `tx.after_commit`.
+        On a `TransientTransactionError` (a write conflict — another transaction with
+        the same dedupe key or `next_version` key —, a failover) the transaction is
+        aborted and the *whole callback* runs again with a fresh `tx`, after PyMongo's
+        backoff, for up to 120 s (the second of two with one dedupe key then finds the
+        first's job: `inserted=False`). On `UnknownTransactionCommitResult` only the
+        commit is retried. Only the committed attempt's after-commit hooks run, once,
+        after the commit. So the callback must be safe to re-run: only database writes
+        in it, side effects in `tx.after_commit`.
         """
         attempt: list[Transaction] = []
 
@@ -146,18 +154,24 @@ class MongoStore(Store):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
         """One attempt, no retry of the body (a context manager cannot re-run it): a
-        `TransientTransactionError` reaches the caller (retry, or use
-        `run_in_transaction`); an `UnknownTransactionCommitResult` commit is retried."""
+        `TransientTransactionError` reaches the caller with a one-line note naming
+        `run_in_transaction`, which runs a callback again; an
+        `UnknownTransactionCommitResult` commit is retried."""
         async with self.client.start_session() as session:
             await session.start_transaction(**transaction_options())
             tx = Transaction(native=session)
             try:
                 yield tx
-            except BaseException:
+            except BaseException as exc:
                 if session.in_transaction:
                     await session.abort_transaction()
+                transactions.explain_conflict(exc)
                 raise
-            await _commit(session)
+            try:
+                await transactions.commit(session)
+            except BaseException as exc:
+                transactions.explain_conflict(exc)
+                raise
         run_after_commit(tx)
 
     # --- writes -----------------------------------------------------------------------------
@@ -321,14 +335,18 @@ class MongoStore(Store):
         return [b.event_from_doc(d) async for d in cursor]
 
     async def read_log(self, after: int, *, limit: int) -> list[Event]:
-        """Position what is pending (sequencer.catch_up), read the high-water mark, then
-        the positioned events up to it, with majority read concern (decisions D15)."""
-        window = log_window(after, await self.sequencer.catch_up())
-        if window is None:
-            return []
-        query, sort = b.read_log_query(*window)
-        cursor = majority(self.db.events).find(query).sort(sort).limit(limit)
-        return [b.event_from_doc(d) async for d in cursor]
+        """Position what is pending (sequencer.catch_up), then read the high-water mark
+        and the positioned events up to it in one snapshot: majority-committed data at
+        one cluster time, so a mark is never read without every position below it, on a
+        replica set or across shards (decisions D15, D42)."""
+        await self.sequencer.catch_up()
+        async with self.client.start_session(snapshot=True) as session:
+            window = log_window(after, await self.sequencer.high_water(session))
+            if window is None:
+                return []
+            query, sort = b.read_log_query(*window)
+            cursor = self.db.events.find(query, session=session).sort(sort).limit(limit)
+            return [b.event_from_doc(d) async for d in cursor]
 
     async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
         query, sort = b.log_newest_query(before)
@@ -355,17 +373,13 @@ class MongoStore(Store):
         )
 
     async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
-        async def body(session: AsyncClientSession) -> None:
-            await self.db.jobs.delete_many({}, session=session)
-            await self.db.schedules.delete_many({}, session=session)
-            if jobs:
-                await self.db.jobs.insert_many([b.job_doc(j) for j in jobs], session=session)
-            if schedules:
-                await self.db.schedules.insert_many(
-                    [b.schedule_doc(s) for s in schedules], session=session
-                )
-
-        await self._in_transaction(body)
+        """Build both read models beside the live ones, then rename each over its live
+        one (no transaction: no limit on the queue's size; each rename is atomic, the
+        two follow each other; decisions D43)."""
+        await rebuild.build(self.db, "jobs", (b.job_doc(j) for j in jobs))
+        await rebuild.build(self.db, "schedules", (b.schedule_doc(s) for s in schedules))
+        await rebuild.swap(self.db, ("jobs", "schedules"))
+        self._feed.publish(EVERYTHING)  # the change stream does not report a rename
 
     # --- the change feed ---------------------------------------------------------------------
     def feed(self) -> Subscription:
@@ -379,17 +393,3 @@ def _joined(tx: Any) -> AsyncClientSession:
     if not isinstance(session, AsyncClientSession) or not session.in_transaction:
         raise TypeError("tx must be an AsyncClientSession with a transaction in progress")
     return session
-
-
-async def _commit(session: AsyncClientSession) -> None:
-    """Commit, retrying while the outcome is unknown (as `with_transaction` does)."""
-    deadline = time.monotonic() + COMMIT_RETRY_S
-    while True:
-        try:
-            await session.commit_transaction()
-            return
-        except PyMongoError as exc:
-            unknown = exc.has_error_label("UnknownTransactionCommitResult")
-            if not unknown or time.monotonic() > deadline:
-                raise
-            logger.warning("transaction commit result unknown (%s); committing again", exc)

@@ -4,7 +4,8 @@ It never gives up. Every failure — the server unreachable at start, a stepdown
 network error, a resume token that left the oplog, anything else — is logged, counted
 (`failures`, `consecutive_failures`; a reconnect publishes `EVERYTHING` so the lanes
 scan the database), and followed by a jittered exponential backoff (full jitter,
-`backoff_delay`) before the next attempt. The resume token is saved only after the
+`backoff_delay`) before the next attempt. A stream that opens after failures logs how
+many there were; the counters are Prometheus metrics too (`metrics.py`). The resume token is saved only after the
 watcher published a change since the last save, and at most once per
 `TOKEN_SAVE_INTERVAL_S`, so an idle store writes nothing.
 """
@@ -133,11 +134,12 @@ class ChangeWatcher:
                 self.consecutive_failures += 1
                 delay = backoff_delay(self.consecutive_failures, self.rng, *self.backoff)
                 logger.warning(
-                    "change stream failed (%s: %s); retry %d in %.2f s",
+                    "change stream failed (%s: %s); retry %d in %.2f s (%d failures since open)",
                     type(exc).__name__,
                     exc,
                     self.consecutive_failures,
                     delay,
+                    self.failures,
                 )
                 await self._forget_lost_history(exc)
                 await asyncio.sleep(delay)
@@ -147,6 +149,12 @@ class ChangeWatcher:
         token = doc.get("resume_token") if doc else None
         async with await self.db.watch(change_stream_pipeline(), **watch_options(token)) as stream:
             self.streams_opened += 1
+            if self.consecutive_failures:
+                logger.warning(
+                    "change stream open again after %d failed attempts (%d since open)",
+                    self.consecutive_failures,
+                    self.failures,
+                )
             self.consecutive_failures = 0
             self.feed.publish(EVERYTHING)  # whatever happened while no stream was open
             loop = asyncio.get_running_loop()

@@ -27,7 +27,10 @@ async def write_changes(
     """Apply `changes` in `session`'s transaction; a losing change is dropped alone.
 
     Every change that would lose is filtered *before* writing, so no write raises a
-    duplicate-key error (which would abort a caller's transaction).
+    duplicate-key error (which would abort a caller's transaction). New rows go in with
+    one ordered `insert_many` per run of new changes (an enqueue of n jobs: one round
+    trip, not n); the run is written before any change that reads or updates rows, so
+    the writes keep the order of `changes`.
     """
     seen = await _existing(db, session, "dedupe_key", b.dedupe_query, _new_keys(changes))
     existing = await _existing(
@@ -38,13 +41,17 @@ async def write_changes(
         held = await fence_leases(db, session, guard, [c.partition for c in changes])
     flags: list[bool] = []
     winners: list[Change] = []
+    inserts: list[tuple[str, Doc]] = []  # (collection, row) of new changes not yet written
     for change in changes:
-        ok = await _write_row(db, session, change, seen, existing, held)
+        if inserts and not _only_inserts(change):
+            await _insert_rows(db, session, inserts)
+        ok = await _write_row(db, session, change, seen, existing, held, inserts)
         if ok and change.is_new and change.dedupe_key:
             seen.add(change.dedupe_key)
         flags.append(ok)
         if ok:
             winners.append(change)
+    await _insert_rows(db, session, inserts)
     events = [b.event_doc(e) for c in winners for e in c.events]
     if events:
         await db.events.insert_many(events, ordered=True, session=session)
@@ -75,6 +82,26 @@ async def next_version(db: Database, session: Session, key: str) -> int:
     )
     assert found is not None  # an upsert returning the document after it always has one
     return int(found["value"])
+
+
+def _only_inserts(change: Change) -> bool:
+    """Whether writing `change` only inserts (a new row that needs no conflict check)."""
+    return change.is_new and b.running_code_conflict_query(change) is None
+
+
+async def _insert_rows(db: Database, session: Session, inserts: list[tuple[str, Doc]]) -> None:
+    """Write the pending new rows, one ordered `insert_many` per collection run; empties
+    `inserts`."""
+    start = 0
+    while start < len(inserts):
+        collection = inserts[start][0]
+        end = start
+        while end < len(inserts) and inserts[end][0] == collection:
+            end += 1
+        docs = [doc for _, doc in inserts[start:end]]
+        await db[collection].insert_many(docs, ordered=True, session=session)
+        start = end
+    inserts.clear()
 
 
 def _new_keys(changes: Sequence[Change]) -> list[str]:
@@ -118,6 +145,7 @@ async def _write_row(
     seen: set[str],
     existing: set[str],
     held: set[int] | None,
+    inserts: list[tuple[str, Doc]],
 ) -> bool:
     if held is not None and change.partition is not None and change.partition not in held:
         return False
@@ -128,11 +156,11 @@ async def _write_row(
     conflict = b.running_code_conflict_query(change)
     if conflict is not None and await db.jobs.find_one(conflict, b.fields(), session=session):
         return False
-    collection = db[b.collection_of(change)]
     if change.is_new:
         if change.row is not None:
-            await collection.insert_one(b.row_document(change), session=session)
+            inserts.append((b.collection_of(change), b.row_document(change)))
         return True
+    collection = db[b.collection_of(change)]
     if change.row is None:
         deleted = await collection.delete_one(b.cas_query(change), session=session)
         return bool(deleted.deleted_count)
