@@ -27,12 +27,12 @@ from jobledger.storage.mongodb.codec import Doc
 from jobledger.storage.mongodb.url_options import dead_ttl, split_dead_ttl
 from jobledger.storage.mongodb.writes import write_changes
 from jobledger.storage.urls import open_store
+from tests.net import free_port
 from tests.unit.test_mongodb_builders import STAMP
-from tests.unit.test_mongodb_watch import _closed_port
 
 
 def _url(options: str = "") -> str:
-    return f"mongodb://127.0.0.1:{_closed_port()}/?serverSelectionTimeoutMS=50{options}"
+    return f"mongodb://127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=50{options}"
 
 
 # --- the database handle is the store's own ------------------------------------------

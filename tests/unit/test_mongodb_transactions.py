@@ -24,7 +24,7 @@ from pymongo.errors import OperationFailure
 
 from jobledger.storage.mongodb import MongoStore, transactions
 from jobledger.storage.port import Transaction
-from tests.unit.test_mongodb_watch import _closed_port
+from tests.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ class FakeSession:
 async def store() -> AsyncIterator[MongoStore]:
     """A store on a client that never connects (a closed loopback port)."""
     made = MongoStore(
-        f"mongodb://127.0.0.1:{_closed_port()}/?serverSelectionTimeoutMS=50", database="t"
+        f"mongodb://127.0.0.1:{free_port()}/?serverSelectionTimeoutMS=50", database="t"
     )
     try:
         yield made
