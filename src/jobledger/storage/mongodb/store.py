@@ -44,11 +44,18 @@ from jobledger.storage.mongodb.server import check_server
 from jobledger.storage.mongodb.watch import ChangeWatcher
 from jobledger.storage.mongodb.writes import dedupe_holders, next_version, write_changes
 from jobledger.storage.port import (
+    AdminReads,
+    Coordination,
     JobFilter,
     LeaseGuard,
+    LogReads,
     PartitionLease,
+    ProjectionState,
+    QueueReads,
+    Retention,
     Store,
     Transaction,
+    Writes,
     native_handle,
     run_after_commit,
 )
@@ -60,11 +67,21 @@ T = TypeVar("T")
 COMMIT_RETRY_S = 120.0  # as long as with_transaction retries a commit
 
 
-class MongoStore(Store):
+class MongoStore(
+    Store,
+    Writes,
+    QueueReads,
+    Coordination,
+    LogReads,
+    AdminReads,
+    Retention,
+    ProjectionState,
+):
     """The store on a MongoDB replica set (6.0 or later).
 
     Give it a URL (the store opens and closes its own client) or the application's own
     `AsyncMongoClient` (`client=`; the store never closes it) and a `database` name.
+    One object plays every role of the port (`store.writes is store`, and so on).
     """
 
     name = "mongodb"
@@ -94,6 +111,8 @@ class MongoStore(Store):
         self.watcher = ChangeWatcher(self.db, self._feed)
         self._watch_task: asyncio.Task[None] | None = None
         self.sequencer = Sequencer(self.db, self._in_transaction)
+        self.writes = self.queue = self.coordination = self.log = self
+        self.admin = self.retention = self.projections = self
 
     # --- life cycle ---------------------------------------------------------------------
     async def open(self) -> None:
@@ -297,15 +316,18 @@ class MongoStore(Store):
         cursor = self.db.jobs.find(page_query).sort("_id", order).skip(offset).limit(limit)
         return [b.job_from_doc(d) async for d in cursor], int(total)
 
-    async def all_jobs(self) -> list[Job]:
-        return await self._jobs({}, [("_id", 1)])
-
     async def get_schedule(self, code: str) -> Schedule | None:
         doc = await self.db.schedules.find_one(b.by_id(code))
         return b.schedule_from_doc(doc) if doc else None
 
     async def list_schedules(self) -> list[Schedule]:
         return [b.schedule_from_doc(d) async for d in self.db.schedules.find({}).sort("_id", 1)]
+
+    async def dedupe_holder(self, key: str) -> str | None:
+        """The holder in the committed log (majority read concern), outside any session."""
+        query, projection = b.dedupe_query([key]), b.fields("stream")
+        doc = await majority(self.db.events).find_one(query, projection)
+        return None if doc is None else str(doc["stream"]).removeprefix("job:")
 
     # --- the log ---------------------------------------------------------------------------
     async def read_stream(self, stream: str) -> list[Event]:

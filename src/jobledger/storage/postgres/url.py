@@ -5,8 +5,8 @@
     postgresql://host/db?options=-c%20search_path=billing,public -> billing (the first)
 
 `schema` is not a libpq parameter (libpq refuses the URL), so it is taken out; an
-`options` search path stays in the URL as given. Pure text work: no driver import, so
-that a missing `jobledger[postgres]` is reported by the caller, not here.
+`options` search path stays in the URL as given. Pure text work: this module imports
+no driver.
 """
 
 from __future__ import annotations

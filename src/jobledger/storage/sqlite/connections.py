@@ -1,6 +1,6 @@
-"""What the parts of the SQLite store share: its two connections and the threads that
-drive them, the write lock, and the helpers that run work on either connection (see
-`store.SqliteStore`)."""
+"""The SQLite store's connections, which every role of the store shares: the writer and
+the reader, each driven by a thread of its own, the write lock, and the helpers that run
+work on either connection (see `store.SqliteStore`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
-
-from jobledger.domain.jobs import Change
-from jobledger.storage.feed import LocalFeed
 
 T = TypeVar("T")
 
@@ -59,53 +56,80 @@ class Conn:
         self.conn.close()
 
 
-class SqliteBase:
-    """The state every part of the store reads; `SqliteStore` sets it up."""
+class Connections:
+    """The writer and reader connections of one database file and this process's write
+    lock. `open()` connects both (the writer first, so migrations run before any read);
+    every write goes through `writing()` or `write()`, every read through `read()`."""
 
-    path: str
-    _writer: Conn | None
-    _reader: Conn | None
-    _lock: asyncio.Lock
-    _owner: asyncio.Task[Any] | None
-    _staged: list[Change]  # applied inside the open business transaction
-    _feed: LocalFeed
+    def __init__(self, path: str, *, offload: bool, busy_timeout_ms: int) -> None:
+        self.path = path
+        self.offload = offload
+        self.busy_timeout_ms = busy_timeout_ms
+        self.writer: Conn | None = None
+        self.reader: Conn | None = None
+        self.lock = asyncio.Lock()
+        #: the task holding the write lock (a business transaction's, or a write's)
+        self.owner: asyncio.Task[Any] | None = None
+
+    def open_writer(self) -> Conn:
+        self.writer = Conn(
+            self.path,
+            name="jobledger-sqlite-w",
+            offload=self.offload,
+            busy_ms=self.busy_timeout_ms,
+            writer=True,
+        )
+        return self.writer
+
+    def open_reader(self) -> Conn:
+        self.reader = Conn(
+            self.path, name="jobledger-sqlite-r", offload=self.offload, busy_ms=self.busy_timeout_ms
+        )
+        return self.reader
+
+    async def close(self) -> None:
+        async with self.lock:
+            for conn in (self.reader, self.writer):
+                if conn is not None:
+                    conn.close()
+            self.reader = self.writer = None
 
     @property
-    def _w(self) -> Conn:
-        if self._writer is None:
+    def w(self) -> Conn:
+        if self.writer is None:
             raise RuntimeError("the SQLite store is not open")
-        return self._writer
+        return self.writer
 
     @property
-    def _r(self) -> Conn:
-        if self._reader is None:
+    def r(self) -> Conn:
+        if self.reader is None:
             raise RuntimeError("the SQLite store is not open")
-        return self._reader
+        return self.reader
 
     @asynccontextmanager
-    async def _writing(self) -> AsyncIterator[sqlite3.Connection]:
+    async def writing(self) -> AsyncIterator[sqlite3.Connection]:
         """Hold this process's write lock (the writer connection is ours until exit)."""
         task = asyncio.current_task()
-        if task is not None and task is self._owner:
+        if task is not None and task is self.owner:
             raise RuntimeError(
                 "this task holds the store's open transaction: a second write from it would"
                 " wait for itself (write inside the transaction with append_in instead)"
             )
-        async with self._lock:
-            self._owner = task
+        async with self.lock:
+            self.owner = task
             try:
-                yield self._w.conn
+                yield self.w.conn
             finally:
-                self._owner = None
+                self.owner = None
 
-    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run `work` in one IMMEDIATE transaction on the writer connection."""
-        async with self._writing() as conn:
-            return await self._w.run(lambda: in_transaction(conn, work))
+        async with self.writing() as conn:
+            return await self.w.run(lambda: in_transaction(conn, work))
 
-    async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._r.conn
-        return await self._r.run(lambda: work(conn))
+    async def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self.r.conn
+        return await self.r.run(lambda: work(conn))
 
 
 def in_transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
