@@ -31,9 +31,9 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain import job_commands
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus, Lane, Stamp
+from jobledger.storage.feed import Wake
 from jobledger.storage.mongodb import MongoStore
 from jobledger.storage.mongodb import builders as b
-from jobledger.storage.port import Wake
 from tests.contract.lanes_kit import Recorder, enqueue, keys_in, make_engine, pod, until
 from tests.e2e.test_docs_examples import ROOT, Block, blocks_of, run_block
 from tests.factories.mongodb import (
@@ -44,6 +44,7 @@ from tests.factories.mongodb import (
     mongo_uri,
     open_peer,
 )
+from tests.stores import all_jobs
 
 pytestmark = pytest.mark.mongo
 
@@ -105,14 +106,14 @@ async def _fill(store: MongoStore, clock: FakeClock) -> None:
     )
     await enqueue(engine, LONG, [{"payload": n, "dedupe_key": f"report:{n}"} for n in range(40)])
     stamp = Stamp(clock.now(), None, None)
-    long_rows = [j for j in await store.all_jobs() if j.lane == Lane.LONG][:8]
+    long_rows = [j for j in await all_jobs(store) if j.lane == Lane.LONG][:8]
     claims = [
         job_commands.claim(
             j, token=f"c{n}", pod="pod-x", lease=timedelta(minutes=5), exclusive=False, stamp=stamp
         )
         for n, j in enumerate(long_rows)
     ]
-    assert all(await store.apply(claims))
+    assert all(await store.writes.apply(claims))
 
 
 async def test_the_dedupe_lookup_uses_the_dedupe_index(mongo: MongoStore, clock: FakeClock) -> None:
@@ -136,7 +137,7 @@ async def test_the_fast_lane_read_uses_fast_pending(mongo: MongoStore, clock: Fa
 async def test_the_long_lane_read_uses_indexes(mongo: MongoStore, clock: FakeClock) -> None:
     await _fill(mongo, clock)
     query, sort = b.long_candidates_query(clock.now() + timedelta(minutes=10))
-    found = await mongo.long_candidates(clock.now() + timedelta(minutes=10), limit=100)
+    found = await mongo.queue.long_candidates(clock.now() + timedelta(minutes=10), limit=100)
     assert {j.status for j in found} == {JobStatus.PENDING, JobStatus.RUNNING}
     explained = await mongo.db.jobs.find(query).sort(sort).limit(100).explain()
     # each $or branch on its partial index (or on status_newest, which the planner may
@@ -170,11 +171,11 @@ async def test_a_peer_is_woken_for_the_partition_and_lane_of_an_update(
             await until(lambda: bool(wakes))
             assert wakes == [Wake(frozenset({P}), frozenset({Lane.FAST}), False)]  # the insert
             wakes.clear()
-            job = await mongo.get_job(job_id)
+            job = await mongo.admin.get_job(job_id)
             assert job is not None
             stamp = Stamp(clock.now(), None, None)
             dispatch = job_commands.dispatch(job, token="t", pod="pod-x", stamp=stamp)
-            assert await mongo.apply([dispatch]) == [True]
+            assert await mongo.writes.apply([dispatch]) == [True]
             await until(lambda: bool(wakes))
             assert wakes == [Wake(frozenset({P}), frozenset({Lane.FAST}), False)]  # the update
         finally:
@@ -189,7 +190,7 @@ async def test_a_peer_is_woken_for_the_partition_and_lane_of_an_update(
 async def test_20_business_transactions_enqueue_while_a_lane_commits(
     mongo: MongoStore, clock: FakeClock
 ) -> None:
-    """Each business transaction is one attempt (`store.transaction()`: no retry that
+    """Each business transaction is one attempt (`store.writes.transaction()`: no retry that
     would hide an abort), writes its own row and enqueues into the partition the lane
     is draining, and stays open while the lane commits and readers position the log."""
     engine = make_engine(mongo, clock)
@@ -201,7 +202,7 @@ async def test_20_business_transactions_enqueue_while_a_lane_commits(
     keys = keys_in(P, 420)
     backlog, business_keys = keys[:400], keys[400:]
     await enqueue(engine, FAST, [{"payload": k, "key": k} for k in backlog])
-    assert await mongo.read_log(0, limit=10_000)  # positioned: the lane works on a clean log
+    assert await mongo.log.read_log(0, limit=10_000)  # positioned: the lane works on a clean log
     go, business_done = asyncio.Event(), asyncio.Event()
     lane_rounds = 0
     aborted: list[tuple[int, BaseException]] = []
@@ -218,14 +219,14 @@ async def test_20_business_transactions_enqueue_while_a_lane_commits(
     async def log_reader() -> None:  # sequencing steps, as a projection makes them
         await go.wait()
         while not business_done.is_set():
-            await mongo.read_log(0, limit=10_000)
+            await mongo.log.read_log(0, limit=10_000)
             await asyncio.sleep(0.01)
 
     async def business(n: int) -> None:
         await go.wait()
         await asyncio.sleep(0.01 * n)
         try:
-            async with mongo.transaction() as tx:
+            async with mongo.writes.transaction() as tx:
                 opened_at = lane_rounds
                 await business_write(tx, n)
                 await engine.enqueue(
@@ -246,7 +247,7 @@ async def test_20_business_transactions_enqueue_while_a_lane_commits(
     assert aborted == []
     assert len(overlaps) == 20 and sum(overlaps) > 0  # the lane committed meanwhile
     assert await business_count(mongo) == 20
-    events = await mongo.read_log(0, limit=100_000)
+    events = await mongo.log.read_log(0, limit=100_000)
     assert [e.position for e in events] == list(range(1, len(events) + 1))  # no gap, no skip
     enqueued = {e.data.get("dedupe_key") for e in events if e.type == EventType.JOB_ENQUEUED}
     assert {f"order:{n}" for n in range(20)} <= enqueued

@@ -1,8 +1,11 @@
-"""The single enqueue's cursor per caller connection (`storage/postgres/cursors.py`):
-one per connection, whatever the connection's own factories, bounded, and never in the
-way of a connection that closed."""
+"""The single enqueue on a caller's own connection: any number of transactions on one
+connection, whatever the connection's own factories, never in the way of a connection
+that closed — and the store keeps no reference to a caller's connection."""
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 import psycopg
 import pytest
@@ -11,7 +14,6 @@ from psycopg.rows import dict_row
 from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
 from jobledger.storage.postgres import PostgresStore
-from jobledger.storage.postgres.cursors import CursorCache
 
 pytestmark = pytest.mark.postgres
 
@@ -26,7 +28,7 @@ def engine_of(pg: PostgresStore) -> Engine:
     return engine
 
 
-async def test_a_connection_keeps_one_cursor_across_transactions(pg: PostgresStore) -> None:
+async def test_a_connection_enqueues_across_transactions(pg: PostgresStore) -> None:
     engine = engine_of(pg)
     conn = await psycopg.AsyncConnection.connect(pg.dsn)
     try:
@@ -35,9 +37,8 @@ async def test_a_connection_keeps_one_cursor_across_transactions(pg: PostgresSto
             async with conn.transaction():
                 ids.append((await engine.enqueue("mail", {"n": n}, tx=conn)).job_id)
                 ids.append((await engine.enqueue("mail", {"n": -n}, tx=conn, key="k")).job_id)
-        assert len(pg._cursors) == 1
         for job_id in ids:
-            assert await pg.get_job(job_id or "") is not None
+            assert await pg.admin.get_job(job_id or "") is not None
     finally:
         await conn.close()
 
@@ -70,21 +71,15 @@ async def test_a_closed_connection_leaves_the_next_one_working(pg: PostgresStore
         await engine.enqueue("mail", None, tx=closed)
 
 
-async def test_the_cache_drops_the_cursors_of_closed_connections_first(
-    pg: PostgresStore,
-) -> None:
-    cache = CursorCache(size=3)
-    conns = [await psycopg.AsyncConnection.connect(pg.dsn) for _ in range(5)]
-    try:
-        first = cache.cursor(conns[0])
-        assert cache.cursor(conns[0]) is first and first.connection is conns[0]
-        cache.cursor(conns[1])
-        cache.cursor(conns[2])
-        await conns[1].close()
-        cache.cursor(conns[3])  # full: the closed connection's cursor goes
-        assert len(cache) == 3 and cache.cursor(conns[0]) is first
-        cache.cursor(conns[4])  # full of open ones: all go
-        assert len(cache) == 1 and cache.cursor(conns[0]) is not first
-    finally:
-        for conn in conns:
-            await conn.close()
+async def test_a_dropped_connection_is_collected(pg: PostgresStore) -> None:
+    """A caller that opens a connection per request and drops it must not find the store
+    keeping it (and its socket's memory) alive."""
+    engine = engine_of(pg)
+    conn = await psycopg.AsyncConnection.connect(pg.dsn)
+    async with conn.transaction():
+        assert (await engine.enqueue("mail", {"once": True}, tx=conn)).inserted
+    await conn.close()
+    dropped = weakref.ref(conn)
+    del conn
+    gc.collect()
+    assert dropped() is None
