@@ -117,9 +117,9 @@ def base(count: str) -> str:
     statement takes in this transaction's range, `b + 1` to `b + count`. The ordinals
     taken so far are counted in `ORDINAL_SETTING`, set `LOCAL` (so it ends, and rolls
     back to a savepoint, with the rows it numbered): a statement reserves its count
-    without reading the log; it used to look up the range's highest position on the
-    primary key, 51k of the single enqueue's ~400k server instructions
-    (docs/postgres.md "Log positions that readers never skip")."""
+    without reading the log, where looking up the range's highest position on the
+    primary key cost the single enqueue a further index probe (docs/postgres.md "Log
+    positions that readers never skip")."""
     taken = f"coalesce(nullif(current_setting('{ORDINAL_SETTING}', true), ''), '0')::bigint"
     return f"""base AS (
   SELECT (pg_current_xact_id()::text::bigint << {ORDINAL_BITS})
@@ -199,8 +199,8 @@ def enqueue_one_sql(s: str, channel: str, *, dedupe: bool) -> str:
     With `dedupe` (the caller named a dedupe key) the event goes in with `ON CONFLICT
     DO NOTHING`: a seen key writes nothing. Without, the key is the job's own fresh id
     (`Engine.enqueued_change`), which no event holds, so the plain insert skips the
-    speculative insertion (25k server instructions of ~400k, docs/performance.md); a
-    collision, impossible but for a broken id generator, raises instead of deduping."""
+    speculative insertion (docs/performance.md); a collision, impossible but for a
+    broken id generator, raises instead of deduping."""
     event_values = ", ".join(
         _FIRST_EVENT.get(c, f"%s::{EVENT_TYPES.get(c, 'text')}")
         for c in EVENT_INSERT.split(", ")[1:]
