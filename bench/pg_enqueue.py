@@ -24,7 +24,7 @@ from psycopg.types.json import Json, Jsonb
 
 from jobledger.domain.jobs import NewJob
 from jobledger.storage.postgres.encode import job_record
-from jobledger.storage.postgres.statements import EVENT_COLUMNS, JOB_COLUMNS
+from jobledger.storage.postgres.sql import EVENT_COLUMNS, JOB_COLUMNS
 from jobledger.storage.rows import dedupe_key_of, event_to_dict
 
 
@@ -177,7 +177,7 @@ async def batches(n: int, size: int = 1000) -> None:
         # streams, dedupe keys and positions made unique)
         await ours(-1)
         rows = (await store.all_jobs())[:size]
-        events = await store.read_log(0, limit=size)
+        events = await store.log.read_log(0, limit=size)
         job_cols = [*JOB_COLUMNS.split(", "), "order_key"]
         event_cols = [*EVENT_COLUMNS.split(", "), "dedupe_key"]
 

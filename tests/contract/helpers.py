@@ -16,7 +16,8 @@ from jobledger.domain.policies import partition_of
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.schedule_spec import ScheduleSpec
 from jobledger.engine import Engine
-from jobledger.storage.port import Store, Wake
+from jobledger.storage.feed import Wake
+from jobledger.storage.port import Store
 
 FAST = "fast:t"
 FAST_OTHER = "fast:u"
@@ -41,7 +42,7 @@ async def enqueue(engine: Engine, target: str = FAST, payload: Any = None, **opt
     async with engine.transaction() as tx:
         result = await engine.enqueue(target, payload, tx=tx, **options)
     assert result.inserted and result.job_id is not None
-    job = await engine.store.get_job(result.job_id)
+    job = await engine.store.admin.get_job(result.job_id)
     assert job is not None
     return job
 

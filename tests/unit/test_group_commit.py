@@ -12,6 +12,7 @@ from jobledger.engine import Engine
 from jobledger.reactors.commit import GroupCommitter
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.port import LeaseGuard
+from tests.stores import all_jobs
 
 
 class CountingStore(MemoryStore):
@@ -48,5 +49,5 @@ async def test_calls_share_commits_up_to_the_size_never_split() -> None:
     # the 1,500 alone, then the 10
     assert store.sizes == [800, 400, 1500, 10]
     assert committer.commits == 4
-    assert len(await store.all_jobs()) == 2710
+    assert len(await all_jobs(store)) == 2710
     await store.close()

@@ -60,5 +60,5 @@ async def test_a_take_in_flight_at_stop_leaves_no_lease_behind() -> None:
     await asyncio.sleep(0.05)  # the stop goes as far as it can while the answer waits
     store.hold.set()
     await asyncio.wait_for(stopping, 10)
-    assert [lease.owner for lease in await store.leases()] == [None] * 8
-    assert await store.live_workers(clock.now() - timedelta(minutes=1)) == []
+    assert [lease.owner for lease in await store.coordination.leases()] == [None] * 8
+    assert await store.coordination.live_workers(clock.now() - timedelta(minutes=1)) == []

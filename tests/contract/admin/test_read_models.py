@@ -17,10 +17,11 @@ from tests.contract.helpers import (
     enqueue,
     kill,
 )
+from tests.stores import all_jobs
 
 
 async def test_get_job_of_an_unknown_id_is_none(store: Store) -> None:
-    assert await store.get_job("0" * 32) is None
+    assert await store.admin.get_job("0" * 32) is None
 
 
 async def test_list_jobs_filters_pages_newest_first_with_total(
@@ -33,14 +34,14 @@ async def test_list_jobs_filters_pages_newest_first_with_total(
         made.append(
             await enqueue(engine, target, code=f"code-{i % 3}", key=f"k{i % 2}", dedupe_key=f"d{i}")
         )
-    assert await store.apply([kill(made[0], clock), kill(made[3], clock)]) == [True, True]
+    assert await store.writes.apply([kill(made[0], clock), kill(made[3], clock)]) == [True, True]
     newest_first = [j.id for j in reversed(made)]
 
-    page, total = await store.list_jobs(JobFilter(), offset=0, limit=3)
+    page, total = await store.admin.list_jobs(JobFilter(), offset=0, limit=3)
     assert ([j.id for j in page], total) == (newest_first[:3], 7)
-    page, total = await store.list_jobs(JobFilter(), offset=6, limit=3)
+    page, total = await store.admin.list_jobs(JobFilter(), offset=6, limit=3)
     assert ([j.id for j in page], total) == (newest_first[6:], 7)
-    page, total = await store.list_jobs(JobFilter(), offset=10, limit=3)
+    page, total = await store.admin.list_jobs(JobFilter(), offset=10, limit=3)
     assert (page, total) == ([], 7)
 
     def ids(rows: list[int]) -> list[str]:
@@ -56,9 +57,9 @@ async def test_list_jobs_filters_pages_newest_first_with_total(
         JobFilter(target="nobody"): [],
     }
     for flt, expected in cases.items():
-        page, total = await store.list_jobs(flt, offset=0, limit=100)
+        page, total = await store.admin.list_jobs(flt, offset=0, limit=100)
         assert ([j.id for j in page], total) == (expected, len(expected)), flt
-    page, total = await store.list_jobs(JobFilter(key="k0"), offset=1, limit=2)
+    page, total = await store.admin.list_jobs(JobFilter(key="k0"), offset=1, limit=2)
     assert ([j.id for j in page], total) == (ids([4, 2]), 4)
 
 
@@ -69,26 +70,26 @@ async def test_all_jobs_is_every_open_row_by_id(
     for i in range(4):
         clock.advance(seconds=1)
         made.append(await enqueue(engine, LONG if i % 2 else FAST, dedupe_key=f"d{i}"))
-    assert await store.all_jobs() == sorted(made, key=lambda j: j.id)
+    assert await all_jobs(store) == sorted(made, key=lambda j: j.id)
 
 
 async def test_schedules_are_read_by_code_and_listed_sorted(store: Store, clock: FakeClock) -> None:
-    assert await store.get_schedule("nightly") is None
-    assert await store.list_schedules() == []
+    assert await store.admin.get_schedule("nightly") is None
+    assert await store.admin.list_schedules() == []
     changes = [declared_schedule(code, clock.now()) for code in ("nightly", "hourly", "b-weekly")]
-    assert await store.apply(changes) == [True, True, True]
-    nightly = await store.get_schedule("nightly")
+    assert await store.writes.apply(changes) == [True, True, True]
+    nightly = await store.admin.get_schedule("nightly")
     assert nightly == changes[0].row
-    assert [s.code for s in await store.list_schedules()] == ["b-weekly", "hourly", "nightly"]
+    assert [s.code for s in await store.admin.list_schedules()] == ["b-weekly", "hourly", "nightly"]
 
     assert nightly is not None
     clock.advance(minutes=1)
     off = disable_schedule(nightly, clock.now())
-    assert await store.apply([off, disable_schedule(nightly, clock.now())]) == [True, False]
-    row = await store.get_schedule("nightly")
+    assert await store.writes.apply([off, disable_schedule(nightly, clock.now())]) == [True, False]
+    row = await store.admin.get_schedule("nightly")
     assert row == off.row and row is not None and not row.enabled
     # declaring a code twice loses the compare-and-set
-    assert await store.apply([declared_schedule("nightly", clock.now())]) == [False]
+    assert await store.writes.apply([declared_schedule("nightly", clock.now())]) == [False]
 
 
 async def test_replace_read_models_swaps_both_tables(
@@ -99,18 +100,18 @@ async def test_replace_read_models_swaps_both_tables(
     b = await enqueue(engine, LONG, dedupe_key="b")
     schedule = declared_schedule("nightly", clock.now())
     other = declared_schedule("hourly", clock.now())
-    assert await store.apply([schedule, other]) == [True, True]
-    log_before = await store.read_log(0, limit=100)
+    assert await store.writes.apply([schedule, other]) == [True, True]
+    log_before = await store.log.read_log(0, limit=100)
 
-    await store.replace_read_models([b], [schedule.row])
-    assert await store.all_jobs() == [b]
-    assert await store.get_job(a.id) is None
-    assert await store.list_schedules() == [schedule.row]
-    assert await store.read_log(0, limit=100) == log_before  # the log is never touched
+    await store.projections.replace_read_models([b], [schedule.row])
+    assert await all_jobs(store) == [b]
+    assert await store.admin.get_job(a.id) is None
+    assert await store.admin.list_schedules() == [schedule.row]
+    assert await store.log.read_log(0, limit=100) == log_before  # the log is never touched
 
-    await store.replace_read_models([a, b], [])
-    assert await store.all_jobs() == sorted([a, b], key=lambda j: j.id)
-    assert await store.list_schedules() == []
+    await store.projections.replace_read_models([a, b], [])
+    assert await all_jobs(store) == sorted([a, b], key=lambda j: j.id)
+    assert await store.admin.list_schedules() == []
 
 
 async def test_times_round_trip_to_the_millisecond(

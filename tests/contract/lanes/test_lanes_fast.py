@@ -22,6 +22,7 @@ from tests.contract.lanes_kit import (
     one_pod,
     pod,
 )
+from tests.stores import all_jobs
 
 AMO = DeliveryMode.AT_MOST_ONCE
 ALO = DeliveryMode.AT_LEAST_ONCE
@@ -45,7 +46,7 @@ async def test_250_rows_go_in_pages_of_100_100_50(store: Store, clock: FakeClock
         assert len(sizes) == 3 and sum(sizes) == 250 and sizes[0] == 100
     else:
         assert sizes == [1] * 250  # one at-most-once row at risk per partition
-    assert await store.all_jobs() == []
+    assert await all_jobs(store) == []
 
 
 @pytest.mark.parametrize("mode", [ALO, AMO])
@@ -64,7 +65,7 @@ async def test_a_key_cut_at_the_page_end_runs_once_in_order(
     await drain(runtime, P)
     assert [j.payload for j in rec.calls if j.key == cut] == ["v1", "v2", "v3", "v4", "v5"]
     assert sorted(j.key for j in rec.calls if j.key != cut) == keys[:-1]
-    assert await store.all_jobs() == []
+    assert await all_jobs(store) == []
 
 
 async def test_at_most_once_has_one_row_in_flight_per_partition(
@@ -74,7 +75,7 @@ async def test_at_most_once_has_one_row_in_flight_per_partition(
     seen: list[int] = []
 
     async def handler(job: jobs.Job) -> None:
-        inflight = await store.inflight(job.partition)
+        inflight = await store.queue.inflight(job.partition)
         seen.append(len(inflight))
         assert [j.id for j in inflight] == [job.id]
 
@@ -93,7 +94,7 @@ async def test_backoff_then_dead_at_the_sixth_failure(store: Store, clock: FakeC
     waits = []
     for attempt in range(1, 6):
         await drain(runtime, P)
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None and row.attempts == attempt and row.status == JobStatus.PENDING
         waits.append((row.next_run_at - clock.now()).total_seconds() / 60)
         await drain(runtime, P)  # not due yet: nothing sent
@@ -101,7 +102,7 @@ async def test_backoff_then_dead_at_the_sixth_failure(store: Store, clock: FakeC
         clock.set(row.next_run_at)
     assert waits == [1, 2, 4, 8, 16]
     await drain(runtime, P)
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.DEAD and row.attempts == 6
     assert row.closed_at == clock.now() and row.dead_reason == "max_attempts"
 
@@ -111,12 +112,12 @@ async def test_per_code_max_attempts(store: Store, clock: FakeClock, caplog) -> 
     engine.targets.set_max_attempts("do_update", 2)
     rec.always = RuntimeError("rejected")
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": "a", "code": "do_update"}])
-    p = (await store.get_job(job_id)).partition  # type: ignore[union-attr]
+    p = (await store.admin.get_job(job_id)).partition  # type: ignore[union-attr]
     await drain(runtime, p)
     clock.advance(minutes=1)
     with caplog.at_level("ERROR", logger="jobledger.run"):
         await drain(runtime, p)
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.DEAD and row.attempts == 2
     assert any("job dead alert" in r.getMessage() for r in caplog.records)
 
@@ -162,19 +163,19 @@ async def test_dead_row_holds_nothing(store: Store, clock: FakeClock) -> None:
     ids = await enqueue(engine, "kafka:t", [{"key": k, "version": v, "payload": v} for v in (1, 2)])
     await drain(runtime, P)
     assert rec.payloads == [1, 2]
-    dead = await store.get_job(ids[0])
+    dead = await store.admin.get_job(ids[0])
     assert dead is not None and dead.status == JobStatus.DEAD and dead.dead_reason == "dead_now"
-    assert await store.get_job(ids[1]) is None
+    assert await store.admin.get_job(ids[1]) is None
     assert not runtime.pauses.is_paused("kafka:t")  # dead_now leaves pause state as is
 
 
 async def test_success_leaves_the_queue_but_its_events_stay(store: Store, clock: FakeClock) -> None:
     engine, runtime, _ = await one_pod(store, clock)
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": "a", "payload": {"x": 1}}])
-    p = (await store.get_job(job_id)).partition  # type: ignore[union-attr]
+    p = (await store.admin.get_job(job_id)).partition  # type: ignore[union-attr]
     await drain(runtime, p)
-    assert await store.get_job(job_id) is None
-    types = [e.type for e in await store.read_stream(f"job:{job_id}")]
+    assert await store.admin.get_job(job_id) is None
+    types = [e.type for e in await store.log.read_stream(f"job:{job_id}")]
     assert types == [EventType.JOB_ENQUEUED, EventType.JOB_DISPATCHED, EventType.JOB_SUCCEEDED]
 
 
@@ -200,7 +201,7 @@ async def test_unreachable_target_paused_for_two_days(store: Store, clock: FakeC
         await drain(runtime, P)
     assert len(rec.calls) == 1 + 10 + 47
     for job_id in ids:
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None and row.status == JobStatus.PENDING and row.attempts == 0
     # the broker is back: the next probe succeeds and the backlog drains in key order
     rec.always = None
@@ -219,7 +220,7 @@ async def test_outcome_unknown_at_most_once_is_dead(
     rec.raises = [TargetOutcomeUnknown("send timed out", target_up=target_up)]
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": keys_in(P, 1)[0]}])
     await drain(runtime, P)
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.DEAD and row.dead_reason == "outcome_unknown"
     assert runtime.pauses.is_paused("kafka:t") is (not target_up)
 
@@ -229,12 +230,12 @@ async def test_outcome_unknown_at_least_once_is_deferred(store: Store, clock: Fa
     rec.raises = [TargetOutcomeUnknown("timed out", target_up=True)]
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": keys_in(P, 1)[0]}])
     await drain(runtime, P)
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.PENDING and row.attempts == 0
     assert runtime.pauses.is_paused("kafka:t")
     clock.advance(seconds=30)
     await drain(runtime, P)
-    assert await store.get_job(job_id) is None and len(rec.calls) == 2
+    assert await store.admin.get_job(job_id) is None and len(rec.calls) == 2
 
 
 async def test_stalled_pod_sends_nothing_after_its_lease(store: Store, clock: FakeClock) -> None:
@@ -260,12 +261,14 @@ async def test_lost_lease_refuses_the_mark_and_sends_nothing(
     engine_b = make_engine(store, clock)
     engine_b.targets.register("kafka:t", "fast", Recorder())
     await enqueue(engine_a, "kafka:t", [{"key": k} for k in keys_in(P, 2)])
-    await store.release_partitions("pod-a", [P])  # lease gone, pod-a's clock disagrees
-    assert await store.take_partition(P, "pod-b", clock.now(), clock.now() + timedelta(seconds=30))
+    await store.coordination.release_partitions("pod-a", [P])  # lease gone, pod-a's clock disagrees
+    assert await store.coordination.take_partition(
+        P, "pod-b", clock.now(), clock.now() + timedelta(seconds=30)
+    )
     assert await drain(a, P, tick=False) in ([], [0])
     assert rec_a.calls == []
     assert a.fast.workers[P].lost
-    assert await store.inflight(P) == []
+    assert await store.queue.inflight(P) == []
 
 
 async def _die_mid_send(runtime, rec: Recorder, partition: int) -> asyncio.Task:
@@ -289,7 +292,7 @@ async def test_takeover_at_most_once_row_in_flight_is_dead(store: Store, clock: 
     b = pod(engine_b, "pod-b")
     clock.advance(seconds=31)
     await b.leases.start()
-    dead = await store.get_job(ids[0])
+    dead = await store.admin.get_job(ids[0])
     assert dead is not None and dead.status == JobStatus.DEAD
     assert dead.dead_reason == "in flight when its partition was taken over"
     await drain(b, P)
@@ -308,22 +311,22 @@ async def test_takeover_at_least_once_resends(store: Store, clock: FakeClock) ->
     await b.leases.start()
     await drain(b, P)
     assert [j.id for j in rec_b.calls] == [job_id]
-    assert await store.get_job(job_id) is None
+    assert await store.admin.get_job(job_id) is None
 
 
 async def test_takeover_requeues_a_marked_at_least_once_row(store: Store, clock: FakeClock) -> None:
     engine, runtime, rec = await one_pod(store, clock, ALO)
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": keys_in(P, 1)[0]}])
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None
     # a previous owner marked it (say the target was at-most-once then) and died
-    await store.apply(
+    await store.writes.apply(
         [job_commands.dispatch(row, token="t1", pod="gone", stamp=Stamp(clock.now()))]
     )
     await runtime.fast.take_over([P])
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.inflight_token is None and row.status == JobStatus.PENDING
-    events = [e.type for e in await store.read_stream(f"job:{job_id}")]
+    events = [e.type for e in await store.log.read_stream(f"job:{job_id}")]
     assert events[-1] == EventType.JOB_REQUEUED
     await drain(runtime, P)
     assert len(rec.calls) == 1
@@ -338,9 +341,9 @@ async def test_row_closed_by_another_writer_is_not_sent(store: Store, clock: Fak
     async def handler(job: jobs.Job) -> None:
         sent.append(job.id)
         if job.id == ids[0]:  # while row 1 is out, row 2 is closed behind the pod's back
-            other = await store.get_job(ids[1])
+            other = await store.admin.get_job(ids[1])
             assert other is not None
-            await store.apply([job_commands.cancel(other, Stamp(clock.now()))])
+            await store.writes.apply([job_commands.cancel(other, Stamp(clock.now()))])
 
     engine.targets.register("kafka:t", "fast", handler)
     runtime = pod(engine, "pod-a")
@@ -360,7 +363,7 @@ async def test_three_pods_split_21_21_22(store: Store, clock: FakeClock) -> None
             await p.leases.tick()
     counts = sorted(len(p.leases.owned) for p in pods)
     assert counts == [21, 21, 22]
-    owners = [lease.owner for lease in await store.leases()]
+    owners = [lease.owner for lease in await store.coordination.leases()]
     assert len(owners) == 64 and None not in owners
     held = [set(p.leases.owned) for p in pods]
     assert not (held[0] & held[1]) and not (held[1] & held[2]) and not (held[0] & held[2])
@@ -375,7 +378,7 @@ async def test_two_pods_split_32_32_and_a_leaver_hands_over(store: Store, clock:
     await b.leases.tick()
     assert sorted([len(a.leases.owned), len(b.leases.owned)]) == [32, 32]
     await a.leases.release_all()
-    assert "pod-a" not in await store.live_workers(clock.now() - timedelta(seconds=30))
+    assert "pod-a" not in await store.coordination.live_workers(clock.now() - timedelta(seconds=30))
     await b.leases.tick()
     assert len(b.leases.owned) == 64
 
@@ -383,7 +386,7 @@ async def test_two_pods_split_32_32_and_a_leaver_hands_over(store: Store, clock:
 async def test_seeding_race_leaves_64_rows(store: Store, clock: FakeClock) -> None:
     pods = [pod(make_engine(store, clock), f"pod-{i}") for i in range(3)]
     await asyncio.gather(*(p.leases.start() for p in pods))
-    leases = await store.leases()
+    leases = await store.coordination.leases()
     assert [lease.partition for lease in leases] == list(range(64))
     total = sum(len(p.leases.owned) for p in pods)
     assert total == len({q for p in pods for q in p.leases.owned}) <= 64
@@ -401,4 +404,4 @@ async def test_busy_partition_is_never_released(store: Store, clock: FakeClock) 
     assert len(a.leases.owned) == 32 and 63 in a.leases.owned
     rec_a.gate.set()
     assert await busy == 1
-    assert await store.get_job(rec_a.calls[0].id) is None
+    assert await store.admin.get_job(rec_a.calls[0].id) is None

@@ -13,6 +13,7 @@ from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus
 from jobledger.storage.port import Store
 from tests.contract.lanes_kit import Recorder, enqueue, make_engine, pod, settle, until
+from tests.stores import all_jobs
 
 ALO = DeliveryMode.AT_LEAST_ONCE
 AMO = DeliveryMode.AT_MOST_ONCE
@@ -34,7 +35,7 @@ async def test_reserve_takes_at_most_10_under_one_token_and_a_5_min_lease(
     assert len(rows) == 10
     assert len({r.claim_token for r in rows}) == 1
     for row in rows:
-        stored = await store.get_job(row.id)
+        stored = await store.admin.get_job(row.id)
         assert stored is not None and stored.status == JobStatus.RUNNING
         assert stored.lease_until == clock.now() + timedelta(minutes=5)
         assert stored.claimed_by == "pod-a"
@@ -54,14 +55,14 @@ async def test_a_7_minute_run_is_never_reclaimed(store: Store, clock: FakeClock)
         assert await b.long.reserve() == []
     rec.gate.set()
     await asyncio.wait_for(task, 10)
-    assert await store.get_job(job_id) is None
+    assert await store.admin.get_job(job_id) is None
     assert rec_b.calls == []
-    types = [e.type for e in await store.read_stream(f"job:{job_id}")]
+    types = [e.type for e in await store.log.read_stream(f"job:{job_id}")]
     assert types.count(EventType.JOB_LEASE_RENEWED) == 7
 
 
 async def _lease_moved(store: Store, job_id: str, clock: FakeClock) -> bool:
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     return row is not None and row.lease_until == clock.now() + timedelta(minutes=5)
 
 
@@ -76,7 +77,7 @@ async def test_reclaim_after_pod_death_reruns_at_least_once(store: Store, clock:
     rows = await b.long.reserve()
     assert [r.id for r in rows] == [job_id] and rows[0].claimed_by == "pod-b"
     await b.long.run_batch(rows)
-    assert len(rec_b.calls) == 1 and await store.get_job(job_id) is None
+    assert len(rec_b.calls) == 1 and await store.admin.get_job(job_id) is None
 
 
 async def test_reclaim_of_an_at_most_once_row_is_dead(store: Store, clock: FakeClock) -> None:
@@ -86,7 +87,7 @@ async def test_reclaim_of_an_at_most_once_row_is_dead(store: Store, clock: FakeC
     assert len(await a.long.reserve()) == 1
     clock.advance(minutes=5)
     assert await b.long.reserve() == []
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.DEAD
     assert row.dead_reason is not None and "lease expired" in row.dead_reason
     assert rec_b.calls == []
@@ -100,7 +101,7 @@ async def test_concurrent_reserves_never_share_a_row(store: Store, clock: FakeCl
     ids_a, ids_b = {r.id for r in got_a}, {r.id for r in got_b}
     assert not ids_a & ids_b
     assert len(ids_a | ids_b) == min(15, len(got_a) + len(got_b))
-    for row in await store.all_jobs():
+    for row in await all_jobs(store):
         if row.status == JobStatus.RUNNING:
             assert row.claimed_by in ("pod-a", "pod-b")
 
@@ -117,7 +118,7 @@ async def test_exclusive_code_has_one_running_row_across_pods(
     assert sorted(r.code for r in rows) == ["nightly", "other", "other"]
     assert await b.long.reserve() == []
     running = [
-        r for r in await store.all_jobs() if r.status == JobStatus.RUNNING and r.code == "nightly"
+        r for r in await all_jobs(store) if r.status == JobStatus.RUNNING and r.code == "nightly"
     ]
     assert len(running) == 1 and running[0].running_code == "nightly"
 
@@ -131,11 +132,11 @@ async def test_taken_over_pod_cannot_write_a_stale_outcome(store: Store, clock: 
     taken = await b.long.reserve()
     assert [r.id for r in taken] == [job_id]
     await a.long.run_batch(stalled)  # pod-a wakes up and finishes its (old) run
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.RUNNING and row.claimed_by == "pod-b"
     assert len(rec_a.calls) == 1
     await b.long.run_batch(taken)
-    assert await store.get_job(job_id) is None and len(rec_b.calls) == 1
+    assert await store.admin.get_job(job_id) is None and len(rec_b.calls) == 1
 
 
 async def test_long_backoff_and_dead_at_the_per_code_count(store: Store, clock: FakeClock) -> None:
@@ -145,13 +146,13 @@ async def test_long_backoff_and_dead_at_the_per_code_count(store: Store, clock: 
     (job_id,) = await enqueue(engine, "report", [{}])
     for attempt, wait in ((1, 1), (2, 2)):
         await a.long.run_batch(await a.long.reserve())
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None and row.status == JobStatus.PENDING and row.attempts == attempt
         assert row.claim_token is None and row.next_run_at == clock.now() + timedelta(minutes=wait)
         assert await a.long.reserve() == []
         clock.advance(minutes=wait)
     await a.long.run_batch(await a.long.reserve())
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.DEAD and row.attempts == 3
 
 
@@ -160,13 +161,13 @@ async def test_long_unreachable_releases_without_an_attempt(store: Store, clock:
     rec.raises = [TargetUnreachable("down")]
     (job_id,) = await enqueue(engine, "report", [{}])
     await a.long.run_batch(await a.long.reserve())
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.PENDING and row.attempts == 0
     assert a.pauses.is_paused("report")
     assert await a.long.reserve() == []  # paused
     clock.advance(seconds=30)
     await a.long.run_batch(await a.long.reserve())  # the probe
-    assert await store.get_job(job_id) is None and not a.pauses.is_paused("report")
+    assert await store.admin.get_job(job_id) is None and not a.pauses.is_paused("report")
 
 
 async def test_skip_run_leaves_with_the_reason(store: Store, clock: FakeClock) -> None:
@@ -174,8 +175,8 @@ async def test_skip_run_leaves_with_the_reason(store: Store, clock: FakeClock) -
     rec.raises = [SkipRun("previous_slot_running")]
     (job_id,) = await enqueue(engine, "report", [{}])
     await a.long.run_batch(await a.long.reserve())
-    assert await store.get_job(job_id) is None
-    last = (await store.read_stream(f"job:{job_id}"))[-1]
+    assert await store.admin.get_job(job_id) is None
+    last = (await store.log.read_stream(f"job:{job_id}"))[-1]
     assert last.type == EventType.JOB_SKIPPED and last.data["reason"] == "previous_slot_running"
 
 
@@ -212,7 +213,7 @@ async def test_a_row_that_comes_due_while_the_lane_reads_its_timer_runs_at_once(
     engine, a, rec = long_pod(store, clock, "pod-a", safety_poll_s=60.0)
     later = clock.now() + timedelta(minutes=1)
     await enqueue(engine, "report", [{"payload": "later", "run_at": later}])
-    read = store.next_due
+    read = store.queue.next_due
 
     async def next_due_as_the_clock_moves(*args: object, **kwargs: object) -> object:
         due = await read(*args, **kwargs)  # type: ignore[arg-type]
@@ -220,13 +221,13 @@ async def test_a_row_that_comes_due_while_the_lane_reads_its_timer_runs_at_once(
             clock.set(later)  # the test's advance lands during the read
         return due
 
-    store.next_due = next_due_as_the_clock_moves  # type: ignore[method-assign]
+    store.queue.next_due = next_due_as_the_clock_moves  # type: ignore[method-assign]
     a.long.start()
     try:
         await until(lambda: len(rec.calls) == 1, timeout_s=5)
     finally:
         await a.long.stop()
-        store.next_due = read  # type: ignore[method-assign]
+        store.queue.next_due = read  # type: ignore[method-assign]
 
 
 async def test_an_idle_lane_reads_its_timer_once_then_only_looks_each_safety_poll(

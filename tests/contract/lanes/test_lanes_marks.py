@@ -45,24 +45,24 @@ async def test_a_marked_row_its_paused_target_skipped_is_released_and_sent_later
         await settle(50)
 
         async def unmarked() -> bool:
-            rows = [await store.get_job(i) for i in ids]
+            rows = [await store.admin.get_job(i) for i in ids]
             return all(r is not None and r.inflight_token is None for r in rows)
 
         await until(unmarked)  # nothing holds its key while the target is paused
         for job_id in ids:  # the unsent row's mark was cleared by a deferral
-            types = [e.type for e in await store.read_stream(f"job:{job_id}")]
+            types = [e.type for e in await store.log.read_stream(f"job:{job_id}")]
             assert types[-1] == EventType.JOB_DEFERRED, types
         # the target recovers: the probe goes out, then the other row
         for _ in range(100):
-            if all([await store.get_job(i) is None for i in ids]):
+            if all([await store.admin.get_job(i) is None for i in ids]):
                 break
             clock.advance(seconds=5)
             await settle()
-        assert [await store.get_job(i) for i in ids] == [None, None]
+        assert [await store.admin.get_job(i) for i in ids] == [None, None]
         sent: list[Job] = rec.calls
         assert sorted(j.id for j in sent[1:]) == sorted(ids)  # each delivered once after
         for job_id in ids:
-            types = [e.type for e in await store.read_stream(f"job:{job_id}")]
+            types = [e.type for e in await store.log.read_stream(f"job:{job_id}")]
             assert EventType.JOB_DEAD not in types
             assert types[-1] == EventType.JOB_SUCCEEDED
     finally:
@@ -80,15 +80,15 @@ async def test_a_carried_mark_is_released_when_the_lease_ends_before_its_send(
     first, second = await enqueue(engine, "kafka:t", [{"key": k} for k in keys_in(P, 2)])
     # round one sends the first row; its commit marks the second (the carried round)
     assert await runtime.fast.step(P) == 1
-    row = await store.get_job(second)
+    row = await store.admin.get_job(second)
     assert row is not None and row.inflight_token is not None
     # the pod stalls: 23 s of a 30 s lease leave less than its 7.5 s safety margin
     clock.advance(seconds=23)
     assert await runtime.fast.step(P) is None
     assert [j.id for j in rec.calls] == [first]
-    row = await store.get_job(second)
+    row = await store.admin.get_job(second)
     assert row is not None and row.inflight_token is None and row.status == JobStatus.PENDING
-    last = (await store.read_stream(f"job:{second}"))[-1]
+    last = (await store.log.read_stream(f"job:{second}"))[-1]
     assert last.type == EventType.JOB_DEFERRED and last.data["reason"] == "not_sent"
     # the heartbeat renews the lease: a fresh worker sends it (not DEAD "in flight")
     await drain(runtime, P)
@@ -115,7 +115,7 @@ async def test_no_send_starts_once_the_lease_margin_is_reached(
     assert await runtime.fast.step(P) == 2
     assert calls == [1, 2]
     assert runtime.fast.workers[P].lost
-    assert await store.get_job(ids[0]) is None and await store.get_job(ids[1]) is None
-    assert await store.get_job(ids[2]) is not None  # the outcomes of the sent rows are kept
+    assert await store.admin.get_job(ids[0]) is None and await store.admin.get_job(ids[1]) is None
+    assert await store.admin.get_job(ids[2]) is not None  # the outcomes of the sent rows are kept
     await drain(runtime, P)
     assert calls == [1, 2, 3]

@@ -16,6 +16,7 @@ from jobledger.domain.errors import TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, JobStatus
 from jobledger.storage.port import Store
 from tests.contract.lanes_kit import drain, enqueue, keys_in, one_pod
+from tests.stores import all_jobs
 
 AMO = DeliveryMode.AT_MOST_ONCE
 ALO = DeliveryMode.AT_LEAST_ONCE
@@ -41,7 +42,7 @@ async def test_two_partitions_spend_one_probe_per_interval(
     assert len(rec.calls) == 1 and runtime.pauses.is_paused("kafka:t")
     ids += await enqueue(engine, "kafka:t", [{"key": keys_in(P2, 1)[0], "payload": "b"}])
     await enqueue(engine, "kafka:up", [{"key": k1}, {"key": k3}])
-    before = {j.id: j for j in await store.all_jobs() if j.id in ids}
+    before = {j.id: j for j in await all_jobs(store) if j.id in ids}
     assert await drain(runtime, P2) == []  # paused, its probe not due yet
     clock.advance(seconds=29)
     # P1's round sends an up row; its next round, planned while that one commits (the
@@ -55,7 +56,7 @@ async def test_two_partitions_spend_one_probe_per_interval(
     assert len(rec.calls) == 1, [j.payload for j in rec.calls]  # one probe in the interval
     unsent = [i for i in ids if i != rec.calls[0].id]
     for job_id in unsent:
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None and row.status == JobStatus.PENDING
         assert row.attempts == before[job_id].attempts and row.inflight_token is None
     # the next interval: again one probe; then the target is back and both rows go
@@ -68,4 +69,4 @@ async def test_two_partitions_spend_one_probe_per_interval(
     await drain(runtime, P1)
     await drain(runtime, P2)
     assert not runtime.pauses.is_paused("kafka:t")
-    assert [j for j in await store.all_jobs() if j.id in ids] == []
+    assert [j for j in await all_jobs(store) if j.id in ids] == []

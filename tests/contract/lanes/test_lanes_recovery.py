@@ -21,7 +21,7 @@ class DropsOneOutcomeWrite:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.real_apply = store.apply
+        self.real_apply = store.writes.apply
         self.dropped = 0
 
     async def apply(
@@ -41,7 +41,7 @@ async def test_a_failed_outcome_write_is_retried_and_the_key_moves_on(
     rec = Recorder()
     engine.targets.register("kafka:t", "fast", rec, delivery_mode="at_most_once")
     fault = DropsOneOutcomeWrite(store)
-    monkeypatch.setattr(store, "apply", fault.apply)
+    monkeypatch.setattr(store.writes, "apply", fault.apply)
     runtime = Runtime(engine, pod_id="pod-a")
     await runtime.start()
     try:
@@ -51,7 +51,10 @@ async def test_a_failed_outcome_write_is_retried_and_the_key_moves_on(
         await until(lambda: fault.dropped == 1)
 
         async def both_done() -> bool:
-            return await store.get_job(first) is None and await store.get_job(second) is None
+            return (
+                await store.admin.get_job(first) is None
+                and await store.admin.get_job(second) is None
+            )
 
         # The worker backs off 1 s (fake) after the failed round. It may start that wait
         # after any one advance, so keep the clock moving (leases renew as it does).
@@ -62,7 +65,7 @@ async def test_a_failed_outcome_write_is_retried_and_the_key_moves_on(
             await settle()
         assert await both_done()
         assert [j.id for j in rec.calls] == [first, second]  # each sent exactly once, in order
-        types = [e.type for e in await store.read_stream(f"job:{first}")]
+        types = [e.type for e in await store.log.read_stream(f"job:{first}")]
         assert types == [EventType.JOB_ENQUEUED, EventType.JOB_DISPATCHED, EventType.JOB_SUCCEEDED]
     finally:
         await runtime.stop()

@@ -42,7 +42,7 @@ async def test_a_resend_after_a_takeover_leaves_both_deliveries_in_the_log(
     assert [j.id for j in rec_b.calls] == [job_id]
     rec_a.gate.set()  # the old send returns; its outcome loses the compare-and-set
     assert await sending == 1
-    events = await store.read_stream(f"job:{job_id}")
+    events = await store.log.read_stream(f"job:{job_id}")
     assert [e.type for e in events] == [
         EventType.JOB_ENQUEUED,
         EventType.JOB_SUCCEEDED,
@@ -52,7 +52,7 @@ async def test_a_resend_after_a_takeover_leaves_both_deliveries_in_the_log(
     assert late.data["pod"] == "pod-a" and late.data["result"] == "ok"
     assert late.prev_hash == events[-2].hash
     # the job stays closed for the read model, replay and the admin detail
-    assert await store.get_job(job_id) is None
+    assert await store.admin.get_job(job_id) is None
     fold = JobsFold()
     for event in events:
         fold.feed(event)
@@ -69,19 +69,21 @@ async def test_a_late_record_is_a_compare_and_set_on_the_closed_stream(
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": "b"}])
     run = RunResult(Result.OK, duration_ms=3.0)
     stamp = Stamp(clock.now())
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None
-    (done,) = await store.apply([job_outcomes.decide_outcome(row, run, _policy(), stamp).change])
+    (done,) = await store.writes.apply(
+        [job_outcomes.decide_outcome(row, run, _policy(), stamp).change]
+    )
     assert done
-    last = (await store.read_stream(row.stream))[-1]
+    last = (await store.log.read_stream(row.stream))[-1]
     late = job_outcomes.redelivered(
         row.stream, last.version, last.hash,
         partition=row.partition, pod="pod-a", run=run, label="ok", stamp=stamp,
     )  # fmt: skip
-    assert await store.apply([late]) == [True]
-    assert await store.apply([late]) == [False]  # stale: the stream moved on
-    assert await store.get_job(job_id) is None
-    types = [e.type for e in await store.read_stream(row.stream)]
+    assert await store.writes.apply([late]) == [True]
+    assert await store.writes.apply([late]) == [False]  # stale: the stream moved on
+    assert await store.admin.get_job(job_id) is None
+    types = [e.type for e in await store.log.read_stream(row.stream)]
     assert types == [EventType.JOB_ENQUEUED, EventType.JOB_SUCCEEDED, EventType.JOB_REDELIVERED]
 
 
@@ -93,12 +95,12 @@ async def test_an_open_row_owned_by_another_run_gets_no_record(
     engine = make_engine(store, clock)
     engine.targets.register("kafka:t", "fast", Recorder(), delivery_mode="at_least_once")
     (job_id,) = await enqueue(engine, "kafka:t", [{"key": "c"}])
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None
     a = pod(engine, "pod-a")
     stale = job_outcomes.decide_outcome(row, RunResult(Result.OK), _policy(), Stamp(clock.now()))
     await a.outcomes.record_lost(row, RunResult(Result.OK), stale, "pod-a")
-    assert [e.type for e in await store.read_stream(row.stream)] == [EventType.JOB_ENQUEUED]
+    assert [e.type for e in await store.log.read_stream(row.stream)] == [EventType.JOB_ENQUEUED]
 
 
 def _policy() -> OutcomePolicy:

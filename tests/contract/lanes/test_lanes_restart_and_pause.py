@@ -39,11 +39,11 @@ BLOCKED_S = 0.3  # real time the stop is watched while the handler is blocked
 
 
 async def _types(store: Store, job_id: str) -> list[str]:
-    return [e.type for e in await store.read_stream(f"job:{job_id}")]
+    return [e.type for e in await store.log.read_stream(f"job:{job_id}")]
 
 
 async def _owned_by(store: Store, pod_id: str) -> set[int]:
-    return {lease.partition for lease in await store.leases() if lease.owner == pod_id}
+    return {lease.partition for lease in await store.coordination.leases() if lease.owner == pod_id}
 
 
 async def test_stop_waits_for_the_running_long_batch_then_releases_the_leases(
@@ -63,7 +63,7 @@ async def test_stop_waits_for_the_running_long_batch_then_releases_the_leases(
         await until(lambda: runtime.long.stopping)  # the stop has reached the long lane
         await asyncio.sleep(BLOCKED_S)
         assert not stopping.done(), "stop returned while a long handler was still running"
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None and row.status == JobStatus.RUNNING
         assert row.claimed_by == "pod-a"
         assert await _owned_by(store, "pod-a")  # not released while the batch runs
@@ -74,13 +74,13 @@ async def test_stop_waits_for_the_running_long_batch_then_releases_the_leases(
         else:
             await asyncio.wait_for(stopping, STOP_TIMEOUT_S)  # it returns once released
     # the run finished and its outcome was written before the stop returned
-    assert await store.get_job(job_id) is None
+    assert await store.admin.get_job(job_id) is None
     types = await _types(store, job_id)
     assert types == [EventType.JOB_ENQUEUED, EventType.JOB_CLAIMED, EventType.JOB_SUCCEEDED]
     assert len(rec.calls) == 1  # ran once, not cancelled and run again
     # then the pod left: no lease, no liveness row
     assert await _owned_by(store, "pod-a") == set()
-    assert "pod-a" not in await store.live_workers(clock.now() - timedelta(days=1))
+    assert "pod-a" not in await store.coordination.live_workers(clock.now() - timedelta(days=1))
 
 
 def _register(engine: Engine, lane: str, handler: Recorder) -> None:
@@ -106,7 +106,7 @@ async def test_a_restarted_pod_forgets_its_pauses_and_no_attempt_was_spent(
     finally:
         await a.stop()
     assert len(rec_a.calls) == 1
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.PENDING and row.attempts == 0
     assert row.inflight_token is None and row.claim_token is None
     assert row.next_run_at <= clock.now()  # due now: nothing but the pause held it
@@ -125,7 +125,7 @@ async def test_a_restarted_pod_forgets_its_pauses_and_no_attempt_was_spent(
         await b.stop()
     assert [j.id for j in rec_b.calls] == [job_id]
     assert len(rec_a.calls) == 1
-    events = await store.read_stream(f"job:{job_id}")
+    events = await store.log.read_stream(f"job:{job_id}")
     first = EventType.JOB_DISPATCHED if lane == "fast" else EventType.JOB_CLAIMED
     assert [e.type for e in events] == [
         EventType.JOB_ENQUEUED,
@@ -142,7 +142,7 @@ async def _deferred(store: Store, job_id: str) -> bool:
 
 
 async def _gone(store: Store, job_id: str) -> bool:
-    return await store.get_job(job_id) is None
+    return await store.admin.get_job(job_id) is None
 
 
 async def test_a_target_paused_on_one_pod_still_goes_from_the_other_pods_partitions(
@@ -173,10 +173,10 @@ async def test_a_target_paused_on_one_pod_still_goes_from_the_other_pods_partiti
     await drain(b, part_b)
     assert rec_b.payloads == keys_b  # B sends the target's rows of its own partitions
     for job_id in ids_b:
-        assert await store.get_job(job_id) is None
+        assert await store.admin.get_job(job_id) is None
     assert await drain(a, part_a) == []
     assert len(rec_a.calls) == 1
     assert a.pauses.is_paused("kafka:t")  # B's successes do not resume A's pause
     for job_id in held:
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None and row.status == JobStatus.PENDING and row.attempts == 0

@@ -14,6 +14,7 @@ from jobledger.observability.observe import Observer, RunRecord
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store
 from tests.contract.lanes_kit import Recorder, enqueue, make_engine, until
+from tests.stores import all_jobs
 
 
 class Seen(Observer):
@@ -64,12 +65,12 @@ async def test_feed_wakes_both_lanes_without_moving_the_clock(
         assert ("pod-a", 64) in seen.owned
     finally:
         await runtime.stop()
-    assert all(lease.owner is None for lease in await store.leases())
-    assert "pod-a" not in await store.live_workers(clock.now() - timedelta(seconds=60))
+    assert all(lease.owner is None for lease in await store.coordination.leases())
+    assert "pod-a" not in await store.coordination.live_workers(clock.now() - timedelta(seconds=60))
 
 
 async def _open_jobs(store: Store) -> int:
-    return len(await store.all_jobs())
+    return len(await all_jobs(store))
 
 
 async def test_retry_is_a_timer_not_a_poll(store: Store, clock: FakeClock) -> None:
@@ -97,7 +98,7 @@ async def test_a_handed_over_row_waits_for_the_earlier_version_of_its_key(
     store: Store, clock: FakeClock
 ) -> None:
     """A single enqueue wakes an idle pod with its row (PostgreSQL hands it over: the
-    lane marks it without a read, `Store.mark_first`); a row whose key still has an
+    lane marks it without a read, `Writes.mark_first`); a row whose key still has an
     earlier version waiting for its retry is not sent before it."""
     engine = make_engine(store, clock, safety_poll_s=3600.0)
     rec = Recorder()
@@ -120,12 +121,12 @@ async def test_a_handed_over_row_waits_for_the_earlier_version_of_its_key(
 
 
 async def _attempts(store: Store, job_id: str, attempts: int) -> bool:
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     return row is not None and row.attempts == attempts
 
 
 async def _gone(store: Store, job_id: str) -> bool:
-    return await store.get_job(job_id) is None
+    return await store.admin.get_job(job_id) is None
 
 
 async def test_observers_see_pause_resume_and_dead(store: Store, clock: FakeClock) -> None:
@@ -167,8 +168,8 @@ async def test_stop_finishes_the_run_in_flight(store: Store, clock: FakeClock) -
     assert not stopping.done()
     rec.gate.set()
     await asyncio.wait_for(stopping, 10)
-    assert await store.get_job(job_id) is None
-    assert all(lease.owner is None for lease in await store.leases())
+    assert await store.admin.get_job(job_id) is None
+    assert all(lease.owner is None for lease in await store.coordination.leases())
 
 
 async def test_workers_off_pod_only_enqueues(store: Store, clock: FakeClock) -> None:
@@ -192,6 +193,6 @@ async def test_workers_off_pod_only_enqueues(store: Store, clock: FakeClock) -> 
     await asyncio.sleep(0.05)
     await runtime.stop()
     assert rec.calls == [] and started == []
-    assert await store.get_job(job_id) is not None
-    assert all(lease.owner is None for lease in await store.leases())
-    assert await store.live_workers(clock.now() - timedelta(days=1)) == []
+    assert await store.admin.get_job(job_id) is not None
+    assert all(lease.owner is None for lease in await store.coordination.leases())
+    assert await store.coordination.live_workers(clock.now() - timedelta(days=1)) == []

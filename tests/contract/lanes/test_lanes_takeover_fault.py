@@ -90,9 +90,9 @@ def one_job_per_partition(store: Store) -> list[dict[str, Any]]:
 
 async def _ghost_holds_everything(store: Store, clock: FakeClock) -> None:
     """A pod that took every partition and was killed: no liveness row, leases for 30 s."""
-    await store.seed_partitions(store.partitions)
+    await store.coordination.seed_partitions(store.partitions)
     now = clock.now()
-    taken = await store.take_partitions(
+    taken = await store.coordination.take_partitions(
         list(range(store.partitions)), "ghost", now, now + timedelta(seconds=30)
     )
     assert len(taken) == store.partitions
@@ -106,8 +106,8 @@ async def test_a_takeover_whose_read_fails_still_serves_the_partitions(
     async with running(engine) as runtime:
         assert runtime.leases.owned == {}  # the ghost's leases are still valid
         await enqueue(engine, "kafka:t", one_job_per_partition(store))
-        fault = FailsOnce(store.inflight_in)
-        monkeypatch.setattr(store, "inflight_in", fault)
+        fault = FailsOnce(store.queue.inflight_in)
+        monkeypatch.setattr(store.queue, "inflight_in", fault)
         fault.armed = True
         # the ghost's leases expire; pod-a takes them and its takeover read fails once
         assert await _run_until(clock, lambda: fault.failed == 1, fake_s=60)
@@ -125,15 +125,17 @@ async def test_a_take_that_fails_half_way_announces_what_it_took(
     unserved. Every job of pod-a's partitions is delivered (pod-b is a bystander that
     holds nothing, so only pod-a's half of the jobs can run)."""
     engine, rec = _engine(store, clock)
-    await store.seed_partitions(store.partitions)
+    await store.coordination.seed_partitions(store.partitions)
     lease = timedelta(seconds=30)
 
     async def pod_b_beats() -> None:  # live throughout, holding nothing
-        await store.beat("pod-b", clock.now(), [], clock.now() + lease, clock.now())
+        await store.coordination.beat("pod-b", clock.now(), [], clock.now() + lease, clock.now())
 
     await pod_b_beats()
-    await store.beat("pod-c", clock.now(), [], clock.now() + lease, clock.now())  # then dies
-    real_take = store.take_partitions
+    await store.coordination.beat(
+        "pod-c", clock.now(), [], clock.now() + lease, clock.now()
+    )  # then dies
+    real_take = store.coordination.take_partitions
     armed, calls = False, 0
 
     async def second_slice_fails(partitions: Sequence[int], *args: Any, **kwargs: Any) -> Any:
@@ -147,7 +149,7 @@ async def test_a_take_that_fails_half_way_announces_what_it_took(
             raise ConnectionResetError("server closed the connection unexpectedly")
         return await real_take(partitions, *args, **kwargs)
 
-    monkeypatch.setattr(store, "take_partitions", second_slice_fails)
+    monkeypatch.setattr(store.coordination, "take_partitions", second_slice_fails)
     async with running(engine) as runtime:
         share = len(runtime.leases.owned)
         assert share == -(-store.partitions // 3)  # three live pods
@@ -177,7 +179,7 @@ async def test_a_take_whose_answer_was_lost_is_adopted_at_the_next_beat(
     leaving them unserved until they expire (30 s)."""
     engine, rec = _engine(store, clock)
     await _ghost_holds_everything(store, clock)
-    real_take = store.take_partitions
+    real_take = store.coordination.take_partitions
     lost_answers = 0
 
     async def answer_lost(partitions: Sequence[int], *args: Any, **kwargs: Any) -> Any:
@@ -188,7 +190,7 @@ async def test_a_take_whose_answer_was_lost_is_adopted_at_the_next_beat(
             raise ConnectionResetError("server closed the connection unexpectedly")
         return taken
 
-    monkeypatch.setattr(store, "take_partitions", answer_lost)
+    monkeypatch.setattr(store.coordination, "take_partitions", answer_lost)
     async with running(engine) as runtime:
         await enqueue(engine, "kafka:t", one_job_per_partition(store))
         assert await _run_until(clock, lambda: lost_answers == 1, fake_s=60)
@@ -222,9 +224,9 @@ async def test_a_first_beat_that_fails_does_not_fail_the_start(
     """A replacement pod whose first heartbeat meets a terminated backend starts anyway
     and takes its share at the next beat (docs/reliability.md, Findings 2)."""
     engine, rec = _engine(store, clock)
-    fault = FailsOnce(store.beat)
+    fault = FailsOnce(store.coordination.beat)
     fault.armed = True
-    monkeypatch.setattr(store, "beat", fault)
+    monkeypatch.setattr(store.coordination, "beat", fault)
     async with running(engine) as runtime:
         assert fault.failed == 1 and runtime.leases.owned == {}
         await enqueue(engine, "kafka:t", one_job_per_partition(store))

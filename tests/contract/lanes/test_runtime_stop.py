@@ -44,9 +44,11 @@ async def test_a_run_outliving_the_stop_timeout_is_cancelled_and_its_row_stays(
         await first.stop()
         took = time.monotonic() - started
     assert took <= STOP_TIMEOUT_S + SLACK_S, f"stop took {took:.2f}s"
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.PENDING  # no outcome was written
-    assert all(lease.owner is None for lease in await store.leases())  # released: it stopped
+    assert all(
+        lease.owner is None for lease in await store.coordination.leases()
+    )  # released: it stopped
 
     rec.gate = None
     second = Runtime(engine, pod_id="pod-b")
@@ -57,7 +59,7 @@ async def test_a_run_outliving_the_stop_timeout_is_cancelled_and_its_row_stays(
             await until(lambda: _closed(store, job_id))
         else:
             await until(lambda: _closed(store, job_id))
-            dead = await store.get_job(job_id)
+            dead = await store.admin.get_job(job_id)
             assert dead is not None and dead.status == JobStatus.DEAD
             assert dead.dead_reason == "in flight when its partition was taken over"
             assert len(rec.calls) == 1  # at most once: never sent again
@@ -66,7 +68,7 @@ async def test_a_run_outliving_the_stop_timeout_is_cancelled_and_its_row_stays(
 
 
 async def _closed(store: Store, job_id: str) -> bool:
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     return row is None or row.status == JobStatus.DEAD
 
 
@@ -94,9 +96,11 @@ async def test_a_run_ignoring_its_cancellation_does_not_hold_the_stop_nor_lose_t
         await runtime.stop()
         took = time.monotonic() - started
         assert took <= STOP_TIMEOUT_S + SLACK_S, f"stop took {took:.2f}s"
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None
-        held = {lease.partition for lease in await store.leases() if lease.owner == "pod-a"}
+        held = {
+            lease.partition for lease in await store.coordination.leases() if lease.owner == "pod-a"
+        }
         assert row.partition in held  # kept until it expires: the run may still send
     finally:
         done.set()

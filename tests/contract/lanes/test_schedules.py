@@ -103,19 +103,19 @@ async def enqueued(store: Store, code: str) -> list[Event]:
     Read per stream, not from the global log: a PostgreSQL log read holds back events
     while any transaction of the database runs (other suites share the server)."""
     found: list[Event] = []
-    for event in await store.read_stream(f"schedule:{code}"):
+    for event in await store.log.read_stream(f"schedule:{code}"):
         if event.type == EventType.SCHEDULE_SLOT_ENQUEUED:
-            job_events = await store.read_stream(f"job:{event.data['job_id']}")
+            job_events = await store.log.read_stream(f"job:{event.data['job_id']}")
             found.extend(e for e in job_events if e.type == EventType.JOB_ENQUEUED)
     return found
 
 
 async def stream_types(store: Store, code: str) -> list[str]:
-    return [e.type for e in await store.read_stream(f"schedule:{code}")]
+    return [e.type for e in await store.log.read_stream(f"schedule:{code}")]
 
 
 async def pending(store: Store, code: str) -> list[Job]:
-    rows, _ = await store.list_jobs(JobFilter(code=code), offset=0, limit=100)
+    rows, _ = await store.admin.list_jobs(JobFilter(code=code), offset=0, limit=100)
     return sorted(rows, key=lambda j: j.payload["slot"])
 
 
@@ -213,7 +213,7 @@ async def test_boot_sync_code_owns_cron_admins_own_enabled_and_override(
         EventType.SCHEDULE_OVERRIDE_SET,
         EventType.SCHEDULE_SYNCED,
     ]
-    assert verify_chain(await store.read_stream("schedule:report")) == []
+    assert verify_chain(await store.log.read_stream("schedule:report")) == []
 
 
 async def test_sync_runs_with_workers_off_but_no_tick(store: Store, clock: FakeClock) -> None:
@@ -221,7 +221,7 @@ async def test_sync_runs_with_workers_off_but_no_tick(store: Store, clock: FakeC
     scheduler.declare("report", "* * * * *", Slots())
     await scheduler.start()
     try:
-        assert (await store.get_schedule("report")) is not None
+        assert (await store.admin.get_schedule("report")) is not None
         clock.advance(minutes=5)
         await asyncio.sleep(0)
         assert await enqueued(store, "report") == []
@@ -253,7 +253,7 @@ async def test_one_job_per_slot_over_two_pods(store: Store, clock: FakeClock, ki
         assert types.count(EventType.SCHEDULE_DECLARED) == 1
         assert types.count(EventType.SCHEDULE_SLOT_ENQUEUED) == 20
         assert EventType.SCHEDULE_SLOTS_MISSED not in types
-        assert verify_chain(await store.read_stream("schedule:minutely")) == []
+        assert verify_chain(await store.log.read_stream("schedule:minutely")) == []
 
 
 async def test_missed_slots_after_downtime(store: Store, clock: FakeClock) -> None:
@@ -269,14 +269,14 @@ async def test_missed_slots_after_downtime(store: Store, clock: FakeClock) -> No
     (job,) = await pending(store, "hourly")
     assert job.payload["slot"] == "2026-03-02T12:00:00.000Z"  # only the newest
     assert await pending(store, "often") == []  # skip + late: nothing
-    hourly = await store.get_schedule("hourly")
-    often = await store.get_schedule("often")
+    hourly = await store.admin.get_schedule("hourly")
+    often = await store.admin.get_schedule("often")
     assert hourly is not None and often is not None
     assert hourly.next_run_at == utc(2026, 3, 2, 13, 0)
     assert often.next_run_at == utc(2026, 3, 2, 12, 25)  # newest 12:20 is 120 s late
     assert often.last_skipped_at == utc(2026, 3, 2, 12, 20)  # G8: recorded
     assert sorted(missed.calls) == [("hourly", 3, "missed"), ("often", 40, "missed")]
-    events = await store.read_stream("schedule:often")
+    events = await store.log.read_stream("schedule:often")
     assert events[-2].type == EventType.SCHEDULE_SLOTS_MISSED
     assert events[-2].data["count"] == 40 and "no pod ticked" in events[-2].data["detail"]
 
@@ -291,7 +291,7 @@ async def test_disable_stops_new_slots_but_an_enqueued_slot_still_runs(
     await scheduler.tick()
     row = await scheduler.disable("report", ADMIN)
     assert not row.enabled
-    events = await store.read_stream("schedule:report")
+    events = await store.log.read_stream("schedule:report")
     assert events[-1].type == EventType.SCHEDULE_DISABLED and events[-1].actor == ADMIN
     await run_long(pod)
     assert slots.slots == [utc(2026, 3, 2, 10, 0)]
@@ -334,8 +334,8 @@ class Interleaved:
     async def apply(self, changes: Any, **kw: Any) -> list[bool]:
         if self.before_first is not None and any(c.stream.startswith("schedule:") for c in changes):
             other, self.before_first = self.before_first, None
-            assert await self.store.apply([await other()]) == [True]
-        flags: list[bool] = await self.store.apply(changes, **kw)
+            assert await self.store.writes.apply([await other()]) == [True]
+        flags: list[bool] = await self.store.writes.apply(changes, **kw)
         return flags
 
 
@@ -352,7 +352,7 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     clock.set(utc(2026, 3, 2, 10, 0, 1))
 
     async def slot_record() -> Any:  # another pod records an older slot's run meanwhile
-        row = await store.get_schedule("report")
+        row = await store.admin.get_schedule("report")
         assert row is not None
         old = schedule_tick.slot_job(
             "report", utc(2026, 3, 2, 8, 0), job_id="old", partitions=64, stamp=Stamp(clock.now())
@@ -364,13 +364,13 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     assert plan.job is not None
     (job,) = await pending(store, "report")
     assert job.payload["slot"] == "2026-03-02T10:00:00.000Z"
-    events = await store.read_stream("schedule:report")
+    events = await store.log.read_stream("schedule:report")
     assert [e.type for e in events][-2:] == [
         EventType.SCHEDULE_SLOT_RAN,
         EventType.SCHEDULE_SLOT_ENQUEUED,
     ]
     assert events[-1].data["job_id"] == job.id  # names the job that exists
-    row = await store.get_schedule("report")
+    row = await store.admin.get_schedule("report")
     assert row is not None and row.next_run_at == utc(2026, 3, 2, 11, 0)
     assert verify_chain(events) == []
 
@@ -394,7 +394,7 @@ async def test_retry_inside_a_slot(
     await run_long(pod)
     assert slots.slots == [utc(2026, 3, 2, 10, 0)] * 2
     assert await pending(store, "report") == []
-    row = await store.get_schedule("report")
+    row = await store.admin.get_schedule("report")
     assert row is not None and row.last_run_at == utc(2026, 3, 2, 10, 0)
 
 
@@ -418,7 +418,7 @@ async def test_dead_slot_then_next_slot(
     await run_long(pod)
     assert slots.slots[-1] == utc(2026, 3, 2, 11, 0)
     assert [j.status for j in await pending(store, "report")] == [JobStatus.DEAD]
-    row = await store.get_schedule("report")
+    row = await store.admin.get_schedule("report")
     assert row is not None and row.last_run_at == utc(2026, 3, 2, 11, 0)
 
 
@@ -435,12 +435,12 @@ async def test_skip_policy_skips_a_slot_that_starts_late(
     assert slots.runs == []
     assert await pending(store, "often") == []
     (job_event,) = await enqueued(store, "often")
-    skipped = (await store.read_stream(f"job:{job_event.data['id']}"))[-1]
+    skipped = (await store.log.read_stream(f"job:{job_event.data['id']}"))[-1]
     assert skipped.type == EventType.JOB_SKIPPED
     assert skipped.data["reason"].startswith("late: ")
-    row = await store.get_schedule("often")
+    row = await store.admin.get_schedule("often")
     assert row is not None and row.last_skipped_at == utc(2026, 3, 2, 9, 5)
-    record = (await store.read_stream("schedule:often"))[-1]
+    record = (await store.log.read_stream("schedule:often"))[-1]
     assert record.type == EventType.SCHEDULE_SLOT_SKIPPED
     assert (record.data["stage"], record.data["reason"]) == ("run", "not_started")
 
@@ -465,7 +465,7 @@ async def test_one_running_per_code_across_pods(
         assert sum(len(c) for c in claimed) == 1
         running = [j for j in await pending(store, "report") if j.status == JobStatus.RUNNING]
         assert len(running) == 1
-        assert await store.running_codes(clock.now()) == {"report"}
+        assert await store.queue.running_codes(clock.now()) == {"report"}
         for handler in handlers:
             assert handler.gate is not None
             handler.gate.set()
@@ -489,13 +489,13 @@ async def test_run_once_collapse(
     await run_long(pod)
     assert slots.slots == [utc(2026, 3, 2, 9, 20)]
     assert await pending(store, "report") == []
-    row = await store.get_schedule("report")
+    row = await store.admin.get_schedule("report")
     assert row is not None
     assert row.last_skipped_at == utc(2026, 3, 2, 9, 10)
     assert row.last_run_at == utc(2026, 3, 2, 9, 20)
     skipped = [
         e
-        for e in await store.read_stream("schedule:report")
+        for e in await store.log.read_stream("schedule:report")
         if e.type == EventType.SCHEDULE_SLOT_SKIPPED
     ]
     assert [e.data["reason"] for e in skipped] == ["newer_slot_pending"]
@@ -585,7 +585,7 @@ async def test_previous_slot_running_is_named_when_it_made_a_skip_slot_late(
     await batch
     await run_long(pod)
     assert slots.slots == [utc(2026, 3, 2, 9, 5)]
-    record = (await store.read_stream("schedule:often"))[-1]
+    record = (await store.log.read_stream("schedule:often"))[-1]
     assert record.type == EventType.SCHEDULE_SLOT_SKIPPED
     assert record.data["reason"] == "previous_slot_running"
 
@@ -702,7 +702,7 @@ async def test_runtime_runs_the_slots_of_its_scheduler(
     runtime = Runtime(engine, pod_id="pod-e2e", reactors=[scheduler])
     await runtime.start()
     try:
-        assert await store.get_schedule("report") is not None  # start() synced
+        assert await store.admin.get_schedule("report") is not None  # start() synced
 
         async def ran(count: int) -> bool:
             return len(slots.runs) == count and not runtime.long.current
@@ -713,7 +713,7 @@ async def test_runtime_runs_the_slots_of_its_scheduler(
         await until(lambda: ran(2))
 
         async def done() -> bool:
-            row = await store.get_schedule("report")
+            row = await store.admin.get_schedule("report")
             recorded = row is not None and row.last_run_at == utc(2026, 3, 2, 10, 0)
             return recorded and await pending(store, "report") == []
 

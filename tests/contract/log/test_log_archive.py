@@ -34,12 +34,12 @@ async def _enqueue(engine: Engine, key: str) -> str:
 
 
 async def _finish(store: Store, clock: FakeClock, job_id: str, result: Result) -> None:
-    job = await store.get_job(job_id)
+    job = await store.admin.get_job(job_id)
     assert job is not None
     outcome = job_outcomes.decide_outcome(
         job, RunResult(result, "boom"), POLICY, Stamp(clock.now(), SYSTEM)
     )
-    assert await store.apply([outcome.change]) == [True]
+    assert await store.writes.apply([outcome.change]) == [True]
 
 
 async def _all_events(store: Store) -> list[Event]:
@@ -72,16 +72,16 @@ async def test_archive_moves_only_old_finished_streams(
         (f"job:{old_done}", "JobEnqueued"),
         (f"job:{old_done}", "JobSucceeded"),
     ]
-    assert await store.read_stream(f"job:{old_done}") == []
+    assert await store.log.read_stream(f"job:{old_done}") == []
     after = await _all_events(store)
     assert {e.position for e in after} == kept_positions
     assert verify_chain(after) == []
     report = await replay(store)
     assert report.ok, report.lines()
     # DEAD and PENDING rows and the recent stream are untouched
-    assert (await store.get_job(old_dead)) is not None
-    assert (await store.get_job(old_open)) is not None
-    assert len(await store.read_stream(f"job:{recent_done}")) == 2
+    assert (await store.admin.get_job(old_dead)) is not None
+    assert (await store.admin.get_job(old_open)) is not None
+    assert len(await store.log.read_stream(f"job:{recent_done}")) == 2
     # the dedupe window is the log's retention: the archived key is free again
     async with engine.transaction() as tx:
         again = await engine.enqueue("t", {}, key="old-done", dedupe_key="d-old-done", tx=tx)
@@ -100,6 +100,8 @@ async def test_no_retention_means_nothing_is_archived(
     clock.advance(days=3650)
     archive_dir = tmp_path / "archive"
     result = await LogArchive(store, archive_dir, retention_days=None, clock=clock).run_once()
-    assert result.streams == 0 and len(await store.read_stream(f"job:{done}")) == 2
+    assert result.streams == 0 and len(await store.log.read_stream(f"job:{done}")) == 2
     assert not archive_dir.exists()
-    assert await store.closed_streams(clock.now() - timedelta(days=1), limit=10) == [f"job:{done}"]
+    assert await store.retention.closed_streams(clock.now() - timedelta(days=1), limit=10) == [
+        f"job:{done}"
+    ]

@@ -29,7 +29,12 @@ from jobledger.projections.replay import (
 )
 from jobledger.projections.schedules import schedule_apply
 from jobledger.storage.port import Store
-from tests.contract.test_replay_workload import EVENTS_PER_CYCLE, generate, tamper_job_rows
+from tests.contract.projections.test_replay_workload import (
+    EVENTS_PER_CYCLE,
+    generate,
+    tamper_job_rows,
+)
+from tests.stores import all_jobs
 
 
 @pytest.mark.slow
@@ -52,7 +57,7 @@ async def test_replay_of_100k_events_rebuilds_the_live_read_models(
     assert report.problems == []
     assert report.differences == [], "\n".join(d.describe() for d in report.differences[:20])
     assert report.ok
-    live = await store.all_jobs()
+    live = await all_jobs(store)
     assert report.jobs_rebuilt == len(live) == len(workload.open_rows) == jobs_count * 3 // 8
     statuses = {j.status for j in live}
     assert statuses == {JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DEAD}
@@ -63,7 +68,7 @@ async def test_a_tampered_read_model_is_reported_and_apply_repairs_it(
     store: Store, clock: FakeClock
 ) -> None:
     await generate(store, clock, jobs_count=80)
-    live = await store.all_jobs()
+    live = await all_jobs(store)
     dead = next(j for j in live if j.status == JobStatus.DEAD)
     pending = next(j for j in live if j.status == JobStatus.PENDING)
     dropped = next(j for j in live if j.status == JobStatus.RUNNING)
@@ -77,8 +82,8 @@ async def test_a_tampered_read_model_is_reported_and_apply_repairs_it(
         for j in live
         if j.id != dropped.id
     ] + [ghost]
-    schedules = await store.list_schedules()
-    await store.replace_read_models(tampered, schedules)
+    schedules = await store.admin.list_schedules()
+    await store.projections.replace_read_models(tampered, schedules)
 
     report = await replay(store)
     assert not report.ok
@@ -98,7 +103,7 @@ async def test_a_tampered_read_model_is_reported_and_apply_repairs_it(
 
     repaired = await replay(store, apply=True)
     assert repaired.applied and repaired.ok
-    assert {j.id: j for j in await store.all_jobs()} == {j.id: j for j in live}
+    assert {j.id: j for j in await all_jobs(store)} == {j.id: j for j in live}
     again = await replay(store)
     assert again.ok and not again.applied
 
@@ -110,7 +115,7 @@ async def test_the_paged_job_comparison_reports_what_the_whole_one_does(
     dropped, ghosts, edited = damage.dropped, damage.ghosts, damage.edited
 
     rebuilt = await rebuild(store)
-    whole = compare_rows("jobs", {j.id: j for j in await store.all_jobs()}, rebuilt.jobs.rows)
+    whole = compare_rows("jobs", {j.id: j for j in await all_jobs(store)}, rebuilt.jobs.rows)
     assert {(d.kind, d.key) for d in whole if d.kind != FIELD} == {
         (MISSING, key) for key in dropped
     } | {(EXTRA, g.id) for g in ghosts}
@@ -149,12 +154,12 @@ async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
             skip_max_interval=timedelta(minutes=5),
         )
         change = sd.declared(spec, stamp())
-        assert await store.apply([change]) == [True]
+        assert await store.writes.apply([change]) == [True]
         rows[code] = change.row
     off = sd.disabled(rows["hourly"], stamp())
     over = sd.override_set(rows["nightly"], "30 3 * * *", stamp())
     assert off is not None
-    assert await store.apply([off, over]) == [True, True]
+    assert await store.writes.apply([off, over]) == [True, True]
     due = rows["every5"].next_run_at
     assert due is not None
     clock.set(due)
@@ -167,8 +172,8 @@ async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
         partitions=64,
     )
     assert plan is not None and plan.job is not None
-    assert await store.apply(plan.changes) == [True, True]
-    return await store.list_schedules()
+    assert await store.writes.apply(plan.changes) == [True, True]
+    return await store.admin.list_schedules()
 
 
 async def test_schedules_are_replayed_and_a_tampered_schedule_is_reported(
@@ -185,8 +190,8 @@ async def test_schedules_are_replayed_and_a_tampered_schedule_is_reported(
     assert report.schedules_rebuilt == 3
 
     _every5, hourly, nightly = live
-    jobs_now = await store.all_jobs()
-    await store.replace_read_models(
+    jobs_now = await all_jobs(store)
+    await store.projections.replace_read_models(
         jobs_now, [replace(hourly, enabled=True), replace(nightly, cron_override=None)]
     )
     report = await replay(store)
@@ -198,4 +203,4 @@ async def test_schedules_are_replayed_and_a_tampered_schedule_is_reported(
     }
     repaired = await replay(store, apply=True)
     assert repaired.applied and repaired.ok
-    assert await store.list_schedules() == live
+    assert await store.admin.list_schedules() == live

@@ -9,7 +9,8 @@ from jobledger.core.clock import FakeClock
 from jobledger.projections.replay import compare_rows, rebuild
 from jobledger.projections.replay_stream import FIRST, replay_streams, stream_pages
 from jobledger.storage.port import Store
-from tests.contract.test_replay_workload import generate, tamper_job_rows
+from tests.contract.projections.test_replay_workload import generate, tamper_job_rows
+from tests.stores import all_jobs
 
 
 async def test_the_log_by_stream_is_every_event_in_stream_and_version_order(
@@ -23,11 +24,11 @@ async def test_the_log_by_stream_is_every_event_in_stream_and_version_order(
     for page in (1, 7):
         paged = [e async for events in stream_pages(store, page=page) for e in events]
         assert paged == in_order
-    read = await store.read_log_by_stream(FIRST, limit=5)
+    read = await store.log.read_log_by_stream(FIRST, limit=5)
     if read is not None:  # an adapter with the indexed read: pages start after `after`
         assert read == in_order[:5]
         after = (read[-1].stream, read[-1].version)
-        assert await store.read_log_by_stream(after, limit=3) == in_order[5:8]
+        assert await store.log.read_log_by_stream(after, limit=3) == in_order[5:8]
 
 
 async def test_streamed_differences_are_the_whole_comparisons_for_any_page(
@@ -36,7 +37,7 @@ async def test_streamed_differences_are_the_whole_comparisons_for_any_page(
     damage = await tamper_job_rows(store, clock, "08f")
 
     rebuilt = await rebuild(store)
-    whole = compare_rows("jobs", {j.id: j for j in await store.all_jobs()}, rebuilt.jobs.rows)
+    whole = compare_rows("jobs", {j.id: j for j in await all_jobs(store)}, rebuilt.jobs.rows)
     assert len(whole) == 2 * 2 + len(damage.dropped) + len(damage.ghosts)
     for page in (1, 3, 1000):
         streamed = await replay_streams(store, page=page)
@@ -50,9 +51,9 @@ async def test_live_rows_no_stream_explains_are_extra_and_the_dropped_missing(
     store: Store, clock: FakeClock
 ) -> None:
     await generate(store, clock, jobs_count=8)
-    rows = await store.all_jobs()
+    rows = await all_jobs(store)
     fresh = [replace(rows[0], id=c * 32, dedupe_key=f"fresh{c}") for c in "0f"]
-    await store.replace_read_models(fresh, await store.list_schedules())
+    await store.projections.replace_read_models(fresh, await store.admin.list_schedules())
     streamed = await replay_streams(store, page=2)
     assert [(d.kind, d.key) for d in streamed.differences if d.kind == "extra"] == [
         ("extra", "0" * 32),

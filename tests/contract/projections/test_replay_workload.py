@@ -1,7 +1,7 @@
 """A workload for the audit tests: many jobs driven through every kind of transition.
 
 Jobs are enqueued through the Engine in big `enqueue_many` transactions, then moved
-by the pure domain commands in rounds; each round's changes go to `store.apply` in big
+by the pure domain commands in rounds; each round's changes go to `store.writes.apply` in big
 batches. Scripts (by job number mod 8), with the events each writes after JobEnqueued:
 
     0 fast  dispatch, ok                                        → gone
@@ -28,6 +28,7 @@ from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, NewJob, Stamp
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
+from tests.stores import all_jobs
 
 FAST = "audit:fast"
 LONG = "audit:long"
@@ -154,7 +155,7 @@ async def generate(
         for item, result in zip(items, results, strict=True):
             assert result.inserted and result.job_id
             number[result.job_id] = item.payload["n"]
-    rows = {j.id: j for j in await store.all_jobs() if j.id in number}
+    rows = {j.id: j for j in await all_jobs(store) if j.id in number}
     assert len(rows) == jobs_count
     events = jobs_count
     longest = max(len(steps) for _, steps in SCRIPTS)
@@ -168,7 +169,7 @@ async def generate(
                 changes.append(steps[round_no](job, stamp))
         for start in range(0, len(changes), batch):
             chunk = changes[start : start + batch]
-            flags = await store.apply(chunk)
+            flags = await store.writes.apply(chunk)
             assert all(flags), "a workload change lost its compare-and-set"
             for change in chunk:
                 events += len(change.events)
@@ -199,7 +200,7 @@ async def tamper_job_rows(store: Store, clock: FakeClock, ghost_ids: str) -> Tam
     of `ghost_ids` (its id that character 32 times: before, between or after the real
     ids). What a replay must report, page by page, as the whole comparison does."""
     await generate(store, clock, jobs_count=48)
-    live = await store.all_jobs()
+    live = await all_jobs(store)
     by_status = {status: [j for j in live if j.status == status] for status in JobStatus}
     edited = {by_status[JobStatus.DEAD][0].id, by_status[JobStatus.PENDING][1].id}
     dropped = {by_status[JobStatus.RUNNING][0].id, by_status[JobStatus.PENDING][0].id}
@@ -210,5 +211,5 @@ async def tamper_job_rows(store: Store, clock: FakeClock, ghost_ids: str) -> Tam
         for j in live
         if j.id not in dropped
     ] + ghosts
-    await store.replace_read_models(tampered, await store.list_schedules())
+    await store.projections.replace_read_models(tampered, await store.admin.list_schedules())
     return Tampered(edited, dropped, ghosts)

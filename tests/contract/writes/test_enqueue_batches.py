@@ -14,6 +14,7 @@ from jobledger.engine import Engine
 from jobledger.storage.port import Store
 from tests.contract.conftest import Kit
 from tests.contract.helpers import FAST, LONG, enqueue
+from tests.stores import all_jobs
 
 
 async def test_a_seen_dedupe_key_in_a_batch_drops_that_item_alone_and_keeps_the_transaction(
@@ -32,7 +33,7 @@ async def test_a_seen_dedupe_key_in_a_batch_drops_that_item_alone_and_keeps_the_
         await kit.business_write(tx, "after the batch")  # the transaction is not aborted
     assert [r.inserted for r in results] == [True, False, True]
     assert results[1].job_id == seen.id  # the job that holds the key (issue 20 item 8)
-    by_key = {j.dedupe_key: j.payload for j in await store.all_jobs()}
+    by_key = {j.dedupe_key: j.payload for j in await all_jobs(store)}
     assert by_key == {"seen": {"v": 0}, "fresh-1": {"v": 1}, "fresh-2": {"v": 3}}
     assert await kit.business_count(store) == 1
 
@@ -58,19 +59,19 @@ async def test_a_batch_stores_every_field_the_domain_computed(
     with request_context(trace_id="trace-b", actor=Actor(id="u-1", via="api", role=None)):
         async with engine.transaction() as tx:
             results = await engine.enqueue_many(items, tx=tx)
-    log = await store.read_log(0, limit=10)
+    log = await store.log.read_log(0, limit=10)
     assert verify_chain(log) == []  # the events' text is the text the hashes covered
     for result, event in zip(results, log, strict=True):
         assert result.job_id is not None
-        job = await store.get_job(result.job_id)
-        (stored,) = await store.read_stream(f"job:{result.job_id}")
+        job = await store.admin.get_job(result.job_id)
+        (stored,) = await store.log.read_stream(f"job:{result.job_id}")
         assert stored == event
         assert job is not None and job.last_hash == event.hash
         assert (job.trace_id, job.actor) == ("trace-b", Actor(id="u-1", via="api"))
-    first = await store.get_job(results[0].job_id or "")
+    first = await store.admin.get_job(results[0].job_id or "")
     assert first is not None
     assert (first.code, first.key, first.version, first.headers) == ("c-1", "ä", 7, {"h": "v"})
     assert first.next_run_at == later and first.created_at == clock.now()
     assert first.payload["s"] == "ü" and first.payload["n"] is None
-    second = await store.get_job(results[1].job_id or "")
+    second = await store.admin.get_job(results[1].job_id or "")
     assert second is not None and second.payload is None and second.headers is None

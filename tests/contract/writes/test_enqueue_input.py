@@ -18,6 +18,7 @@ from jobledger.engine import Engine
 from jobledger.storage.port import Store
 from tests.contract.conftest import Kit
 from tests.contract.helpers import FAST, enqueue
+from tests.stores import all_jobs
 
 LIMIT = MAX_TEXT_BYTES
 
@@ -100,8 +101,8 @@ async def test_bad_input_is_refused_before_anything_is_written(
         await kit.business_write(tx, "still mine")
         good = await engine.enqueue(FAST, {"ok": 2}, tx=tx)
     assert good.inserted
-    assert [j.payload for j in await store.all_jobs()] == [{"ok": 2}]
-    assert [e.type for e in await store.read_log(0, limit=10)] == ["JobEnqueued"]
+    assert [j.payload for j in await all_jobs(store)] == [{"ok": 2}]
+    assert [e.type for e in await store.log.read_log(0, limit=10)] == ["JobEnqueued"]
     assert await kit.business_count(store) == 1
 
 
@@ -113,7 +114,7 @@ async def test_a_bad_item_refuses_the_whole_batch(store: Store, engine: Engine) 
             await engine.enqueue_many(
                 [NewJob(FAST, {"n": 1}), NewJob(FAST, {"n": math.nan})], tx=tx
             )
-    assert await store.all_jobs() == []
+    assert await all_jobs(store) == []
 
 
 async def test_unusual_values_come_back_exactly_from_the_row_and_the_log(
@@ -137,7 +138,7 @@ async def test_unusual_values_come_back_exactly_from_the_row_and_the_log(
     job = await enqueue(engine, FAST, payload=payload, headers={"h": "ü"}, key="clé")
     assert job.payload == payload and job.headers == {"h": "ü"} and job.key == "clé"
     assert repr(job.payload) == repr(payload)  # ints stay ints, -0.0 stays -0.0
-    (event,) = await store.read_stream(job.stream)
+    (event,) = await store.log.read_stream(job.stream)
     assert repr(event.data["payload"]) == repr(payload)
 
 
@@ -153,7 +154,7 @@ async def test_unusual_values_come_back_exactly_from_a_large_batch(
     async with engine.transaction() as tx:
         flags = await engine.enqueue_many([NewJob(FAST, p) for p in payloads], tx=tx)
     assert all(f.inserted for f in flags)
-    stored = sorted(await store.all_jobs(), key=lambda j: j.payload["n"])
+    stored = sorted(await all_jobs(store), key=lambda j: j.payload["n"])
     assert [repr(j.payload) for j in stored] == [repr(p) for p in payloads]
 
 
@@ -183,7 +184,7 @@ async def test_texts_at_the_size_limit_are_stored_and_come_back(
         at_limit,
     )
     assert job.headers == headers
-    (event,) = await store.read_stream(job.stream)
+    (event,) = await store.log.read_stream(job.stream)
     assert event.data["key"] == key and event.data["headers"] == headers
 
 
@@ -196,7 +197,7 @@ async def test_a_target_name_past_the_limit_is_refused(
         with pytest.raises(InvalidArgument, match="target is 513 bytes"):
             await engine.enqueue(past, {"ok": 1}, tx=tx)
         await kit.business_write(tx, "still mine")
-    assert await store.all_jobs() == []
+    assert await all_jobs(store) == []
     assert await kit.business_count(store) == 1
 
 
