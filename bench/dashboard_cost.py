@@ -31,6 +31,7 @@ from jobledger.core.clock import FakeClock  # noqa: E402
 from jobledger.http.dashboard import RANGES, dashboard  # noqa: E402
 from jobledger.projections import depth  # noqa: E402
 from jobledger.projections.stats import StatsProjection, catch_up_stats  # noqa: E402
+from jobledger.storage.port import JobFilter  # noqa: E402
 from jobledger.storage.sqlite import SqliteStore  # noqa: E402
 
 
@@ -74,7 +75,7 @@ async def main(n: int, repeat: int) -> None:
                 await catch_up_stats(store)
                 _, state = await store.projections.load_checkpoint("stats")
                 seconds, peak = await request_cost(store, clock.now(), repeat)
-                open_jobs = len(await store.all_jobs())
+                _, open_jobs = await store.admin.list_jobs(JobFilter(), offset=0, limit=1)
                 print(
                     f"{first:>7} jobs ({open_jobs} open): request {seconds * 1000:.1f} ms,"
                     f" peak {peak / 1024:.0f} KiB, checkpoint {len(json.dumps(state))} bytes"

@@ -11,8 +11,21 @@ from jobledger.domain.jobs import Change, NewJob
 from jobledger.engine import Engine
 from jobledger.reactors.commit import GroupCommitter
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.writes import MemoryWrites
 from jobledger.storage.port import LeaseGuard
 from tests.stores import all_jobs
+
+
+class CountingWrites(MemoryWrites):
+    """The memory store's writes, noting the size of every `apply`."""
+
+    sizes: list[int]
+
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
+        self.sizes.append(len(changes))
+        return await super().apply(changes, guard=guard)
 
 
 class CountingStore(MemoryStore):
@@ -20,13 +33,9 @@ class CountingStore(MemoryStore):
 
     def __init__(self) -> None:
         super().__init__()
+        self.writes = CountingWrites(self.tables, self.writes.wakes)
         self.sizes: list[int] = []
-
-    async def apply(
-        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
-    ) -> list[bool]:
-        self.sizes.append(len(changes))
-        return await super().apply(changes, guard=guard)
+        self.writes.sizes = self.sizes
 
 
 def new_jobs(engine: Engine, count: int, prefix: str) -> list[Change]:

@@ -13,6 +13,7 @@ from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import EventType
 from jobledger.domain.timeutil import iso
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.admin import MemoryAdmin
 from tests.stores import make_store
 from tests.unit.http_helpers import ADMIN, VIEWER, World, client, world
 
@@ -183,6 +184,23 @@ async def test_cancel_pending_only(w: World) -> None:
     assert last.actor.via == "http"
 
 
+class RacingAdmin(MemoryAdmin):
+    """Admin reads where another admin retries the row right after we read it."""
+
+    def __init__(self, store: RacingStore) -> None:
+        super().__init__(store.tables)
+        self.store = store
+
+    async def get_job(self, job_id: str) -> jobs.Job | None:
+        row = await super().get_job(job_id)
+        store = self.store
+        if store.race and row is not None:
+            store.race = False
+            competing = job_commands.retry(row, jobs.Stamp(store.clock.now()))
+            assert await store.writes.apply([competing]) == [True]
+        return row
+
+
 class RacingStore(MemoryStore):
     """A memory store where another admin retries the row right after we read it."""
 
@@ -190,14 +208,7 @@ class RacingStore(MemoryStore):
         super().__init__()
         self.clock = clock
         self.race = False
-
-    async def get_job(self, job_id: str) -> jobs.Job | None:
-        row = await super().get_job(job_id)
-        if self.race and row is not None:
-            self.race = False
-            competing = job_commands.retry(row, jobs.Stamp(self.clock.now()))
-            assert await self.apply([competing]) == [True]
-        return row
+        self.admin = RacingAdmin(self)
 
 
 async def test_lost_race_is_409(clock: FakeClock) -> None:
@@ -437,14 +448,22 @@ async def test_health_and_readiness_need_no_key(w: World) -> None:
         assert ready.status_code == 200 and ready.json()["status"] == "ready"
 
 
-class BrokenStore(MemoryStore):
-    """A store whose reads fail, as a database that went away."""
+class BrokenAdmin(MemoryAdmin):
+    """Admin reads that fail, as a database that went away."""
 
     async def list_jobs(self, flt: Any, *, offset: int, limit: int) -> Any:
         raise RuntimeError("connection to db-7.internal:5432 lost; password=hunter2")
 
     async def get_job(self, job_id: str) -> Any:
         raise OSError("connection refused")
+
+
+class BrokenStore(MemoryStore):
+    """A store whose reads fail, as a database that went away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.admin = BrokenAdmin(self.tables)
 
 
 async def test_unexpected_error_is_500_without_details(clock: FakeClock) -> None:

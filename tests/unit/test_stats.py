@@ -20,6 +20,7 @@ from jobledger.projections.stats import (
     stats_reactor,
 )
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.writes import MemoryWrites
 from jobledger.storage.port import Store
 from tests.contract.projections.test_replay_workload import FAST, LONG, engine_for, generate
 from tests.stores import all_jobs
@@ -170,11 +171,19 @@ async def test_the_runner_is_woken_by_the_feed(clock: FakeClock) -> None:
         await runner.stop()
 
 
+class QuietWrites(MemoryWrites):
+    """Writes whose commits publish no wake-up."""
+
+    def publish(self, applied: Any) -> None:
+        return None
+
+
 class QuietStore(MemoryStore):
     """A store whose change feed loses every notification."""
 
-    def _notify(self, applied: Any) -> None:
-        return None
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = QuietWrites(self.tables, self.writes.wakes)
 
 
 async def test_the_safety_poll_covers_lost_notifications(clock: FakeClock) -> None:

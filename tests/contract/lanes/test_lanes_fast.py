@@ -1,4 +1,4 @@
-"""Fast lane behaviour over every adapter (reference §5, §9 fast-lane rows)."""
+"""Fast lane behaviour over every adapter: order, marks, leases, takeovers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Long lane behaviour over every adapter (reference §5, §6, §9 long-lane rows)."""
+"""Long lane behaviour over every adapter: claims, leases, exclusive codes, reclaims."""
 
 from __future__ import annotations
 
@@ -233,13 +233,13 @@ async def test_a_row_that_comes_due_while_the_lane_reads_its_timer_runs_at_once(
 async def test_an_idle_lane_reads_its_timer_once_then_only_looks_each_safety_poll(
     store: Store, clock: FakeClock
 ) -> None:
-    """An idle pod's long lane sends one statement per safety poll (issue 21): the due
+    """An idle pod's long lane sends one statement per safety poll: the due
     time read after a wake-up holds until something wakes the lane again; a row whose
     wake-up was lost is still found by the next safety poll, and a wake-up reads the
     timer again, so a later row runs on its own timer."""
     engine, a, rec = long_pod(store, clock, "pod-a", safety_poll_s=10.0)
     calls = {"next_due": 0, "long_candidates": 0}
-    originals = {name: getattr(store, name) for name in calls}
+    originals = {name: getattr(store.queue, name) for name in calls}
 
     def counted(name: str) -> object:
         async def call(*args: object, **kwargs: object) -> object:
@@ -249,7 +249,7 @@ async def test_an_idle_lane_reads_its_timer_once_then_only_looks_each_safety_pol
         return call
 
     for name in calls:
-        setattr(store, name, counted(name))
+        setattr(store.queue, name, counted(name))
     sleeps = [0]
     sleep = clock.sleep
 
@@ -282,4 +282,4 @@ async def test_an_idle_lane_reads_its_timer_once_then_only_looks_each_safety_pol
     finally:
         await a.long.stop()
         for name, original in originals.items():
-            setattr(store, name, original)
+            setattr(store.queue, name, original)

@@ -1,5 +1,5 @@
 """An at-most-once row whose in-flight mark was committed but that was not sent must be
-released in the round's own commit (issue 17 item 1): left marked, it holds every later
+released in the round's own commit: left marked, it holds every later
 version of its key and is declared DEAD "in flight" at the next takeover, though it
 never went out."""
 

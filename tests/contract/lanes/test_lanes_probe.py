@@ -1,5 +1,5 @@
 """One probe per interval for a paused target, across the partitions of a pod
-(reference §5: "a target is paused → let one probe read through every 30 s").
+(a paused target lets one probe through every 30 s).
 
 The pause map is the pod's, shared by its partition workers. A round may be planned
 before it starts (the next round planned, and its row marked, while the round before

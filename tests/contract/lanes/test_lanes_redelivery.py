@@ -1,4 +1,4 @@
-"""Every delivery the engine made is in the log (issue 17 item 3): a run whose outcome
+"""Every delivery the engine made is in the log: a run whose outcome
 lost its compare-and-set to another run's — the old owner of a partition sending while
 its lease lapsed and the new owner resent — is recorded as `JobRedelivered`, without a
 commit before any at-least-once send."""

@@ -1,10 +1,10 @@
 """Stopping and restarting pods, and the per-pod pause map, on every adapter.
 
-Pins three rows of the reference's §9 table ("Concurrency and recovery") that had no
-test: "graceful shutdown (SIGTERM)" for the long lane (the pod's stop waits for the
-batches it runs, their outcomes are written, then the leases are released), "a pod's
-pause map is lost on restart" (harmless: the row and its attempts are in the store), and
-the pause state being per pod (the reference's G13, kept by design: docs/operations.md).
+Pins three behaviours of concurrency and recovery: a graceful shutdown (SIGTERM) of the
+long lane (the pod's stop waits for the batches it runs, their outcomes are written,
+then the leases are released); a pod's pause map is lost on restart (harmless: the row
+and its attempts are in the store); and the pause state is per pod (kept by design:
+docs/operations.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A takeover that meets a dropped connection must not orphan the partitions it took.
 
-The chaos run's "not drained" failures (docs/reliability.md, issue 18): partitions of a
+The chaos run's "not drained" failures (docs/reliability.md): partitions of a
 killed pod were taken by a live pod whose takeover read failed; the pod kept renewing
 their leases, so no other pod could take them, and it never started their workers.
 Every held partition must have a running worker once the store answers again."""

@@ -1,4 +1,4 @@
-"""Schedules end to end on every adapter (reference §11 schedules.service.spec.ts).
+"""Schedules end to end on every adapter.
 
 A `Scheduler` over the `store` fixture with a `FakeClock`; slots run through the real
 long lane of a `Runtime` (reserve + run_batch driven by hand, so nothing waits in real
@@ -320,23 +320,34 @@ async def test_override_moves_next_run_and_clear_goes_back(
     assert (await scheduler.get("report")) == row
 
 
-class Interleaved:
-    """The real store, with one write of another writer slipped in just before this
-    pod's first schedule change reaches it (a concurrent slot record)."""
+class InterleavedWrites:
+    """The real store's writes, with one write of another writer slipped in just before
+    this pod's first schedule change reaches them (a concurrent slot record)."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, writes: Any) -> None:
+        self.real = writes
         self.before_first: Any = None
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
+        return getattr(self.real, name)
 
     async def apply(self, changes: Any, **kw: Any) -> list[bool]:
         if self.before_first is not None and any(c.stream.startswith("schedule:") for c in changes):
             other, self.before_first = self.before_first, None
-            assert await self.store.writes.apply([await other()]) == [True]
-        flags: list[bool] = await self.store.writes.apply(changes, **kw)
+            assert await self.real.apply([await other()]) == [True]
+        flags: list[bool] = await self.real.apply(changes, **kw)
         return flags
+
+
+class Interleaved:
+    """The real store, its writes `InterleavedWrites`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.writes = InterleavedWrites(store.writes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
 
 
 async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
@@ -359,7 +370,7 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
         )
         return schedule_slot_run.slot_ran(row, old.row, Stamp(clock.now()))
 
-    racing.before_first = slot_record
+    racing.writes.before_first = slot_record
     (plan,) = await scheduler.tick()
     assert plan.job is not None
     (job,) = await pending(store, "report")

@@ -1,4 +1,4 @@
-"""Enqueue inside the caller's transaction: every condition of reference §5.
+"""Enqueue inside the caller's transaction: every condition the engine promises.
 
 Modelled on the recorder contract tests of `eventsourcing` and river's shared driver
 tests: one suite, run on every adapter through the `store` fixture.

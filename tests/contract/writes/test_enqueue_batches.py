@@ -32,7 +32,7 @@ async def test_a_seen_dedupe_key_in_a_batch_drops_that_item_alone_and_keeps_the_
         )
         await kit.business_write(tx, "after the batch")  # the transaction is not aborted
     assert [r.inserted for r in results] == [True, False, True]
-    assert results[1].job_id == seen.id  # the job that holds the key (issue 20 item 8)
+    assert results[1].job_id == seen.id  # the job that holds the key
     by_key = {j.dedupe_key: j.payload for j in await all_jobs(store)}
     assert by_key == {"seen": {"v": 0}, "fresh-1": {"v": 1}, "fresh-2": {"v": 3}}
     assert await kit.business_count(store) == 1

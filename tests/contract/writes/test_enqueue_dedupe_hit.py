@@ -1,4 +1,4 @@
-"""A dedupe hit names the job that holds the key (issue 20 item 8): the caller can
+"""A dedupe hit names the job that holds the key: the caller can
 follow it (`store.admin.get_job`, the admin API) instead of getting `job_id=None`.
 
 On every adapter, for each place the key can be held: an earlier committed
