@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.contract.test_replay_workload: the workload
+sys.path.insert(0, str(ROOT))  # tests.contract.projections.test_replay_workload: the workload
 
-from tests.contract.test_replay_workload import generate  # noqa: E402
+from tests.contract.projections.test_replay_workload import generate  # noqa: E402
 
 from jobledger.core.clock import FakeClock  # noqa: E402
 from jobledger.http.dashboard import RANGES, dashboard  # noqa: E402
 from jobledger.projections import depth  # noqa: E402
 from jobledger.projections.stats import StatsProjection, catch_up_stats  # noqa: E402
+from jobledger.storage.port import JobFilter  # noqa: E402
 from jobledger.storage.sqlite import SqliteStore  # noqa: E402
 
 
@@ -72,14 +73,14 @@ async def main(n: int, repeat: int) -> None:
                 await generate(store, clock, jobs_count=jobs, first=first)
                 first += jobs
                 await catch_up_stats(store)
-                _, state = await store.load_checkpoint("stats")
+                _, state = await store.projections.load_checkpoint("stats")
                 seconds, peak = await request_cost(store, clock.now(), repeat)
-                open_jobs = len(await store.all_jobs())
+                _, open_jobs = await store.admin.list_jobs(JobFilter(), offset=0, limit=1)
                 print(
                     f"{first:>7} jobs ({open_jobs} open): request {seconds * 1000:.1f} ms,"
                     f" peak {peak / 1024:.0f} KiB, checkpoint {len(json.dumps(state))} bytes"
                 )
-            events = await store.read_log(0, limit=10 * first)
+            events = await store.log.read_log(0, limit=10 * first)
             pairs = [(fold_seconds(events, True), fold_seconds(events, False)) for _ in range(3)]
             with_s, without_s = min(p[0] for p in pairs), min(p[1] for p in pairs)
             print(

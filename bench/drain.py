@@ -98,7 +98,7 @@ async def engine_drain(kind: str, tmp: Path, jobs: int, mode: str) -> float:
         await runtime.start()
         while done < jobs:
             await asyncio.sleep(0.005)
-        while await store.next_due(list(range(64)), engine.targets.get("bench:noop").lane):
+        while await store.queue.next_due(list(range(64)), engine.targets.get("bench:noop").lane):
             await asyncio.sleep(0.005)
         elapsed = time.perf_counter() - began
         cpu = time.process_time() - cpu
@@ -282,7 +282,7 @@ async def pods_drain(jobs: int, mode: str, pods: int) -> float:
         await enqueue_noops(engine, jobs)  # setup, not timed
         names = [f"bench-{n}" for n in range(pods)]
         for name in names:
-            await store.heartbeat(name, engine.clock.now())
+            await store.coordination.heartbeat(name, engine.clock.now())
         go, out = _Go(ctx), ctx.Queue()
         readies = [ctx.Event() for _ in names]
         procs = [
@@ -299,7 +299,7 @@ async def pods_drain(jobs: int, mode: str, pods: int) -> float:
         await server_cpu.start()
         began = time.perf_counter()
         go.start.set()
-        while await store.next_due(list(range(64)), engine.targets.get("bench:noop").lane):
+        while await store.queue.next_due(list(range(64)), engine.targets.get("bench:noop").lane):
             await asyncio.sleep(0.005)
         elapsed = time.perf_counter() - began
         server_used = await server_cpu.seconds()

@@ -145,7 +145,7 @@ async def drained(runtime: Runtime, store: Store, expected: int, timeout_s: floa
             raise TimeoutError(f"{runtime.fast.stats.sent} of {expected} rows run")
         await asyncio.sleep(0.002)
     partitions = list(range(64))
-    while (due := await store.next_due(partitions, Lane.FAST)) is not None and (
+    while (due := await store.queue.next_due(partitions, Lane.FAST)) is not None and (
         due <= runtime.engine.clock.now()
     ):
         await asyncio.sleep(0.002)
@@ -155,7 +155,7 @@ async def leftover(store: Store) -> dict[str, int]:
     """Rows still in the queue after a run, by status (empty: every job succeeded)."""
     counts = {}
     for status in JobStatus:
-        _, total = await store.list_jobs(JobFilter(status=status), offset=0, limit=0)
+        _, total = await store.admin.list_jobs(JobFilter(status=status), offset=0, limit=0)
         if total:
             counts[status.value] = total
     return counts

@@ -363,7 +363,7 @@ async def jl_drain(jobs: int, mode: str) -> dict[str, Any]:
         await runtime.start()
         while done < jobs:
             await asyncio.sleep(0.002)
-        while await store.next_due(list(range(64)), lane):
+        while await store.queue.next_due(list(range(64)), lane):
             await asyncio.sleep(0.002)
         elapsed = time.perf_counter() - began
         await runtime.stop()

@@ -3,7 +3,7 @@
 Rows spread over the 64 partitions; each call reads the first 10 of one partition.
 
 Rows are generated with set-based SQL straight into the jobs table (this measures the
-read, not the enqueue). The query is `store.fast_pending(partition, after_key=None, limit=10)`,
+read, not the enqueue). The query is `store.queue.fast_pending(partition, after_key=None, limit=10)`,
 timed through the store; a raw psycopg `SELECT 1` on the same pool is the floor.
 
     .venv/bin/python bench/pg_claim.py [--big 1000000] [--calls 300]
@@ -35,7 +35,7 @@ async def latency(rows: int, calls: int) -> tuple[float, float]:
         print(f"  generated {rows} rows in {time.perf_counter() - started:.1f}s")
 
         async def claim(i: int) -> None:
-            page = await store.fast_pending(i % 64, after_key=None, limit=10)
+            page = await store.queue.fast_pending(i % 64, after_key=None, limit=10)
             assert len(page) == 10
 
         async def floor(i: int) -> None:

@@ -23,8 +23,9 @@ from pg_common import engine, fresh_store, line, median_ms, timed
 from psycopg.types.json import Json, Jsonb
 
 from jobledger.domain.jobs import NewJob
+from jobledger.storage.port import JobFilter
 from jobledger.storage.postgres.encode import job_record
-from jobledger.storage.postgres.statements import EVENT_COLUMNS, JOB_COLUMNS
+from jobledger.storage.postgres.sql import EVENT_COLUMNS, JOB_COLUMNS
 from jobledger.storage.rows import dedupe_key_of, event_to_dict
 
 
@@ -176,8 +177,10 @@ async def batches(n: int, size: int = 1000) -> None:
         # the same rows the store writes, as the baselines insert them (batch b's ids,
         # streams, dedupe keys and positions made unique)
         await ours(-1)
-        rows = (await store.all_jobs())[:size]
-        events = await store.read_log(0, limit=size)
+        rows, _ = await store.admin.list_jobs(
+            JobFilter(), offset=0, limit=size, after="", count_limit=0
+        )
+        events = await store.log.read_log(0, limit=size)
         job_cols = [*JOB_COLUMNS.split(", "), "order_key"]
         event_cols = [*EVENT_COLUMNS.split(", "), "dedupe_key"]
 

@@ -41,7 +41,7 @@ async def run(writers: int, each: int, serialise: bool) -> float:
         read = 0
         after = 0
         started = time.perf_counter()
-        while page := await store.read_log(after, limit=500):
+        while page := await store.log.read_log(after, limit=500):
             read += len(page)
             after = page[-1].position or 0
         assert read == (writers + 1) * each

@@ -5,8 +5,8 @@ log of 1M events, as separate processes, with their events/s and peak RSS.
     .venv/bin/python bench/replay_verify.py --store postgres --events 1000000
 
 The log is written by the audit workload of the contract tests (every kind of job
-transition, ~4 events per job: tests/contract/test_replay_workload.py) through the
-store's batch append (`enqueue_many`, then `Store.apply` in batches of 5,000 changes),
+transition, ~4 events per job: tests/contract/projections/test_replay_workload.py) through the
+store's batch append (`enqueue_many`, then `Writes.apply` in batches of 5,000 changes),
 in slices of 25,000 jobs. The commands run after the first slice (~100k events) and
 after the last, so the peak RSS of the small and the large log sit side by side (GNU
 `time`, which must be installed): bounded memory shows as the same figure. Each
@@ -45,7 +45,7 @@ from jobledger.core.clock import FakeClock
 from jobledger.storage.port import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 CLI = str(Path(sys.executable).with_name("jobledger"))
 TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command alone

@@ -52,7 +52,7 @@ from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.sqlite import SqliteStore
-from jobledger.storage.sqlite.base import WAL_AUTOCHECKPOINT_PAGES, WRITER_CACHE_KIB
+from jobledger.storage.sqlite.connections import WAL_AUTOCHECKPOINT_PAGES, WRITER_CACHE_KIB
 
 TARGET = "bench:noop"
 
@@ -102,7 +102,7 @@ async def engine_drain(folder: Path, jobs: int, *, offload: bool) -> float:
     await runtime.start()
     while done[0] < jobs:
         await asyncio.sleep(0.002)
-    while await store.next_due(list(range(64)), engine.targets.get(TARGET).lane):
+    while await store.queue.next_due(list(range(64)), engine.targets.get(TARGET).lane):
         await asyncio.sleep(0.002)
     elapsed = time.perf_counter() - began
     cpu = time.process_time() - cpu

@@ -66,13 +66,13 @@ async def writes(path: Path, *, offload: bool, n: int, writers: int) -> dict[str
 
     async def writer(w: int) -> None:
         for i in range(n // writers):
-            await store.apply([change(clock, i, key=f"k{w}-{i % 50}")])
+            await store.writes.apply([change(clock, i, key=f"k{w}-{i % 50}")])
             await asyncio.sleep(0)
 
     async def reader(stop: asyncio.Event) -> None:
         nonlocal reads
         while not stop.is_set():
-            await store.fast_pending(reads % 64, after_key=None, limit=100)
+            await store.queue.fast_pending(reads % 64, after_key=None, limit=100)
             reads += 1
             await asyncio.sleep(0)  # inline calls never suspend: let the writers run
 
@@ -111,16 +111,16 @@ async def flatness(path: Path, sizes: list[int]) -> dict[int, tuple[float, float
                 batch.append(change(clock, have, key=f"k{have % 5000}"))
                 have += 1
                 if len(batch) == 1000:
-                    await store.apply(batch)
+                    await store.writes.apply(batch)
                     batch = []
             if batch:
-                await store.apply(batch)
+                await store.writes.apply(batch)
             reads, dues = [], []
             for i in range(300):
                 start = time.perf_counter()
-                await store.fast_pending(i % 64, after_key=None, limit=10)
+                await store.queue.fast_pending(i % 64, after_key=None, limit=10)
                 middle = time.perf_counter()
-                await store.next_due(list(range(64)), Lane.FAST)
+                await store.queue.next_due(list(range(64)), Lane.FAST)
                 reads.append(middle - start)
                 dues.append(time.perf_counter() - middle)
             out[size] = (statistics.median(reads) * 1000, statistics.median(dues) * 1000)

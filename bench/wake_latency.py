@@ -10,7 +10,7 @@ is in-process). Prints p50/p99 and the engine/raw ratio; on PostgreSQL also a ra
 one-row commit timed after each sample (the WAL flush an at-most-once mark must wait
 for) and the engine's share: the wake minus that flush, p50 and p99 of the per-sample
 difference. At-most-once also splits each sample at the mark's statement
-(`Store.mark_first`, timed around the call): the statement (its round trip, the
+(`Writes.mark_first`, timed around the call): the statement (its round trip, the
 server's work and the flush) and everything else, the engine's own path (the NOTIFY's
 arrival, planning, the mark's event, the handler's task).
 """
@@ -63,7 +63,7 @@ async def wake_samples(
     marked = [math.nan]
     if statements is not None:
         store = engine.store
-        mark_first = store.mark_first
+        mark_first = store.writes.mark_first
 
         async def timed_mark_first(change: Any, guard: Any) -> bool:
             began = time.perf_counter()
@@ -72,7 +72,7 @@ async def wake_samples(
             finally:
                 marked[0] = (time.perf_counter() - began) * 1000
 
-        store.mark_first = timed_mark_first  # type: ignore[method-assign]
+        store.writes.mark_first = timed_mark_first  # type: ignore[method-assign]
 
     async def handler(job: Job) -> None:
         stamp[0] = time.perf_counter()
@@ -183,7 +183,7 @@ async def raw_event(samples: int) -> list[float]:
 
 
 def split_at_statement(wakes: list[float], statements: list[float]) -> None:
-    """At-most-once: each sample split at its mark statement (`Store.mark_first`), the
+    """At-most-once: each sample split at its mark statement (`Writes.mark_first`), the
     one step that waits for the server and its flush; the rest is the engine's own."""
     pairs = [(w, s) for w, s in zip(wakes, statements, strict=False) if not math.isnan(s)]
     if not pairs:

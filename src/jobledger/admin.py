@@ -2,7 +2,7 @@
 `jobledger.http.listing`).
 
 Thin over the pure core: read the row, let `domain.jobs` decide (it raises
-InvalidStatus for a row in the wrong state), then `store.apply` the change under its
+InvalidStatus for a row in the wrong state), then `store.writes.apply` the change under its
 compare-and-set. A change that loses the race to a lane or another admin is reported
 as InvalidStatus (409), exactly like a row in the wrong state. The actor and trace id
 come from the request context (`jobledger.core.context.request_context`).
@@ -80,7 +80,7 @@ class JobAdmin:
         return Stamp(self.clock.now(), ctx.actor, ctx.trace_id)
 
     async def _row(self, job_id: str) -> Job:
-        job = await self.store.get_job(job_id) if is_job_id(job_id) else None
+        job = await self.store.admin.get_job(job_id) if is_job_id(job_id) else None
         if job is None:
             raise NotFound(f"job {job_id} not found")
         return job
@@ -88,7 +88,7 @@ class JobAdmin:
     async def detail(self, job_id: str) -> JobDetail:
         if not is_job_id(job_id):
             raise NotFound(f"job {job_id} not found")
-        history = await self.store.read_stream(jobs.job_stream(job_id))
+        history = await self.store.log.read_stream(jobs.job_stream(job_id))
         if not history:
             raise NotFound(f"job {job_id} not found")
         row = jobs.fold(history)
@@ -105,7 +105,7 @@ class JobAdmin:
         return JobDetail(last, CLOSED_STATUS.get(closing, "CLOSED"), False, history)
 
     async def _write(self, change: Change, job: Job, what: str) -> Any:
-        (applied,) = await self.store.apply([change])
+        (applied,) = await self.store.writes.apply([change])
         if not applied:
             raise InvalidStatus(f"cannot {what} job {job.id}: it changed meanwhile, try again")
         return change.row
@@ -129,12 +129,12 @@ class JobAdmin:
     async def dead_count(self, flt: JobFilter, *, at_most: int) -> int:
         """DEAD rows matching `flt` (its status aside), counted up to `at_most`."""
         dead = replace(flt, status=JobStatus.DEAD)
-        _, count = await self.store.list_jobs(dead, offset=0, limit=0, count_limit=at_most)
+        _, count = await self.store.admin.list_jobs(dead, offset=0, limit=0, count_limit=at_most)
         return count
 
     async def bulk(self, action: str, flt: JobFilter, *, limit: int = BULK_LIMIT) -> BulkResult:
         """Retry or skip (`action`) every DEAD row matching `flt` (its status aside), up
-        to `limit` rows, newest first, `BULK_BATCH` rows per `store.apply`.
+        to `limit` rows, newest first, `BULK_BATCH` rows per `store.writes.apply`.
 
         Each row's transition is its own event (JobRetried / JobSkipped) under the
         request's actor and one trace id, and its own compare-and-set: a row that moved
@@ -147,17 +147,17 @@ class JobAdmin:
         before: str | None = None
         matched = changed = 0
         while matched < limit:
-            rows, _ = await self.store.list_jobs(
+            rows, _ = await self.store.admin.list_jobs(
                 dead, offset=0, limit=min(BULK_BATCH, limit - matched), before=before, count_limit=0
             )
             if not rows:
                 break
             before = rows[-1].id
             matched += len(rows)
-            changed += sum(await self.store.apply([make(job, stamp) for job in rows]))
+            changed += sum(await self.store.writes.apply([make(job, stamp) for job in rows]))
         more = False
         if matched >= limit and before is not None:
-            left, _ = await self.store.list_jobs(
+            left, _ = await self.store.admin.list_jobs(
                 dead, offset=0, limit=1, before=before, count_limit=0
             )
             more = bool(left)

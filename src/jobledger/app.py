@@ -265,7 +265,7 @@ class App:
         deadline = asyncio.get_running_loop().time() + timeout_s
         for job_id in job_ids:
             while job_id is not None:
-                job = await store.get_job(job_id)
+                job = await store.admin.get_job(job_id)
                 if job is None or job.status == JobStatus.DEAD:
                     break
                 if asyncio.get_running_loop().time() > deadline:

@@ -97,7 +97,7 @@ class Engine:
         self.payload_types: dict[str, PayloadType] = {}
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]:
-        return self.store.transaction()
+        return self.store.writes.transaction()
 
     async def enqueue(
         self,
@@ -127,18 +127,18 @@ class Engine:
         flags: list[bool] = []
         holders: dict[str, str] = {}
         if plan.changes:
-            flags = await self.store.append_in(tx, plan.changes)
+            flags = await self.store.writes.append_in(tx, plan.changes)
             lost = plan.lost_keys(flags) if not all(flags) else []
             if lost:
-                holders = await self.store.dedupe_holders(tx, lost)
+                holders = await self.store.writes.dedupe_holders(tx, lost)
         return self.settle_enqueue(plan, flags, holders, tx=tx)
 
     async def next_version(self, key: str, *, tx: Any) -> int:
         """The next version of `key`, counted in the caller's transaction `tx`
-        (`Store.next_version`): an enqueue's `version` that orders a key's jobs in commit
+        (`Writes.next_version`): an enqueue's `version` that orders a key's jobs in commit
         order across processes (job ids order one process's rows, docs/decisions.md D21)."""
         check_counter_key(key)
-        return await self.store.next_version(tx, key)
+        return await self.store.writes.next_version(tx, key)
 
     def plan_enqueue(self, items: Sequence[NewJob], *, tx: Any) -> EnqueuePlan:
         """Validate `items` and build their changes (no I/O): the first half of

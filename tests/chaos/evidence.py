@@ -20,6 +20,7 @@ from tests.chaos.faults import Faults
 from tests.chaos.record import Recorder
 from tests.chaos.summary import Summary
 from tests.private_pg import PrivateCluster
+from tests.stores import all_jobs
 
 
 async def keep_evidence(
@@ -49,7 +50,7 @@ async def keep_evidence(
         with (folder / "events.jsonl").open("w") as out:
             await export_log(store, out)
         with (folder / "jobs.jsonl").open("w") as out:
-            for job in await store.all_jobs():
+            for job in await all_jobs(store):
                 out.write(json.dumps(job_to_dict(job), default=str) + "\n")
     except Exception as exc:
         summary.problem(f"evidence: reading the store failed ({exc!r})")

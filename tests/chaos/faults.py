@@ -106,7 +106,7 @@ class Faults:
         error: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                live = set(await store.live_workers(now() - timedelta(seconds=3)))
+                live = set(await store.coordination.live_workers(now() - timedelta(seconds=3)))
             except Exception as exc:
                 error = exc
                 await asyncio.sleep(0.5)

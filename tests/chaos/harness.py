@@ -61,6 +61,7 @@ from tests.chaos.record import Delivered, Recorder, create_topics
 from tests.chaos.summary import FaultHit, Summary
 from tests.integration.test_multiprocess_lanes import Workers
 from tests.private_pg import PrivateCluster, private_cluster
+from tests.stores import all_jobs
 
 logger = logging.getLogger("jobledger.chaos")
 
@@ -123,7 +124,7 @@ def job_item(i: int, keys: int) -> tuple[str, int, NewJob]:
 
 
 async def create_business_table(store: Store) -> None:
-    async with store.transaction() as tx:
+    async with store.writes.transaction() as tx:
         conn = native_handle(tx)
         sql = (
             "CREATE TABLE IF NOT EXISTS chaos_business"
@@ -148,7 +149,7 @@ async def business_write(tx: Any, rows: list[tuple[str, int]]) -> None:
 
 
 async def business_rows(store: Store) -> set[tuple[str, int]]:
-    async with store.transaction() as tx:
+    async with store.writes.transaction() as tx:
         conn = native_handle(tx)
         sql = "SELECT key, version FROM chaos_business"
         if isinstance(conn, sqlite3.Connection):
@@ -194,7 +195,7 @@ async def wait_drained(store: Store, driver: asyncio.Task[float], timeout_s: flo
     while time.monotonic() < deadline:
         if driver.done():
             try:
-                jobs = await store.all_jobs()
+                jobs = await all_jobs(store)
             except Exception as exc:
                 logger.info("drain check failed: %r", exc)
                 jobs = None
@@ -376,17 +377,17 @@ async def report_open(summary: Summary, store: Store, config: Config) -> None:
     now = datetime.now(UTC)
     open_partitions = {
         job.partition
-        for job in await store.all_jobs()
+        for job in await all_jobs(store)
         if job.status != JobStatus.DEAD and job.target.startswith("kafka:")
     }
-    live = set(await store.live_workers(now - timedelta(seconds=30)))
-    for lease in await store.leases():
+    live = set(await store.coordination.live_workers(now - timedelta(seconds=30)))
+    for lease in await store.coordination.leases():
         if lease.partition in open_partitions:
             summary.problem(
                 f"lease of open partition {lease.partition}: owner={lease.owner}"
                 f" (live={lease.owner in live}) until={lease.lease_until}"
             )
-    for job in await store.all_jobs():
+    for job in await all_jobs(store):
         if job.status != JobStatus.DEAD and job.target.startswith("kafka:"):
             summary.problem(
                 f"open: {job.dedupe_key} {job.status} attempts={job.attempts}"

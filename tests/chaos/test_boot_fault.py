@@ -68,7 +68,7 @@ async def test_a_boot_that_fails_in_the_schedule_sync_stops_what_it_started() ->
             now = SystemClock().now()
             held = [
                 lease.partition
-                for lease in await peer.leases()
+                for lease in await peer.coordination.leases()
                 if lease.owner == "boot-victim"
                 and lease.lease_until is not None
                 and lease.lease_until > now

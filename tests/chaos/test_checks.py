@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from jobledger.domain.events import EventType
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.coordination import MemoryCoordination
 from tests.chaos import app
 from tests.chaos.acks import NO_ACK, NOT_READ, OVERWRITTEN, Ack, AckIndex, load_acks
 from tests.chaos.checks import JobTrail, analyse
@@ -264,9 +265,15 @@ def test_every_delivery_is_checked_not_only_first_ones() -> None:
     assert any("interleaved" in p for p in interleaved.problems)
 
 
-class UnlistableStore(MemoryStore):
+class Unlistable(MemoryCoordination):
     async def live_workers(self, since: datetime) -> list[str]:
         raise ConnectionError("database unreachable")
+
+
+class UnlistableStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.coordination = Unlistable(self.tables)
 
 
 async def test_a_liveness_check_that_cannot_list_workers_fails(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ async def test_an_undrained_run_reports_the_lease_of_each_open_partition(
 ) -> None:
     now = datetime.now(UTC)
     store = MemoryStore()
-    await store.seed_partitions(store.partitions)
+    await store.coordination.seed_partitions(store.partitions)
     engine = make_engine(store, FakeClock(now))
 
     async def nothing(job: object) -> None:
@@ -28,9 +28,11 @@ async def test_an_undrained_run_reports_the_lease_of_each_open_partition(
 
     engine.targets.register("kafka:chaos.alo", Lane.FAST, nothing)
     (job_id,) = await enqueue(engine, "kafka:chaos.alo", [{"payload": {"n": 1}, "key": "k1"}])
-    job = await store.get_job(job_id)
+    job = await store.admin.get_job(job_id)
     assert job is not None
-    taken = await store.take_partitions([job.partition], "w9", now, now + timedelta(seconds=4))
+    taken = await store.coordination.take_partitions(
+        [job.partition], "w9", now, now + timedelta(seconds=4)
+    )
     assert taken == [job.partition]
 
     summary = Summary("memory")

@@ -63,5 +63,5 @@ def engine(store: Store, clock: FakeClock) -> Engine:
 
 @pytest.fixture
 async def seeded(store: Store) -> AsyncIterator[Store]:
-    await store.seed_partitions(store.partitions)
+    await store.coordination.seed_partitions(store.partitions)
     yield store

@@ -15,7 +15,8 @@ from jobledger.domain.jobs import Change, Job, Lane, Stamp
 from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.schedule_spec import ScheduleSpec
 from jobledger.engine import Engine
-from jobledger.storage.port import Store, Wake
+from jobledger.storage.feed import Wake
+from jobledger.storage.port import Store
 from tests.builders import new_job as new_job  # shared with the other suites
 
 FAST = "fast:t"
@@ -41,7 +42,7 @@ async def enqueue(engine: Engine, target: str = FAST, payload: Any = None, **opt
     async with engine.transaction() as tx:
         result = await engine.enqueue(target, payload, tx=tx, **options)
     assert result.inserted and result.job_id is not None
-    job = await engine.store.get_job(result.job_id)
+    job = await engine.store.admin.get_job(result.job_id)
     assert job is not None
     return job
 

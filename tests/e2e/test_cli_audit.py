@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from jobledger.core.clock import FakeClock
 from jobledger.storage.sqlite import SqliteStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 from tests.factories.postgres import dsn, reachable_dsn
 
 CLI = str(Path(sys.executable).with_name("jobledger"))

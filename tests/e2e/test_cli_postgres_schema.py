@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from jobledger.core.clock import FakeClock
 from jobledger.storage.postgres import PostgresStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 from tests.factories.postgres import fresh_schema
 
 CLI = str(Path(sys.executable).with_name("jobledger"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jobledger.core.clock import FakeClock
 from jobledger.storage.sqlite import SqliteStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 CLI = str(Path(sys.executable).with_name("jobledger"))
 CLEAR = "\r\x1b[K"

@@ -7,12 +7,16 @@ that yields an opened store with an empty state, or calls `pytest.skip(reason)` 
 its server is not reachable. `tests/stores.py` lists them; every contract test
 (`tests/contract/`) runs on each one.
 
+Each module also gives `async def all_jobs(store) -> list[Job]`: every job row, by id,
+read from the store's own tables (`tests.stores.all_jobs` picks the module by
+`store.name`; the port has no such read).
+
 The contract suite also needs three adapter-specific helpers; a module without one
 of them has the tests that need it skipped (with a reason), so add them:
 
     async def business_write(tx, value: str) -> None
         Write one "business row" holding `value` through the *native* handle of `tx`
-        (a `port.Transaction` from `store.transaction()`, or the native handle itself),
+        (a `port.Transaction` from `store.writes.transaction()`, or the native handle itself),
         exactly as a business module writes its own data in the same transaction:
         memory `MemoryTx.insert("business", value)`; SQLite / PostgreSQL an INSERT into a
         real `business` table (create it if missing); MongoDB an insert_one into a

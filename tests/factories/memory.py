@@ -5,6 +5,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from jobledger.domain.jobs import Job
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.port import Store, native_handle
 
@@ -31,4 +32,10 @@ async def business_write(tx: Any, value: str) -> None:
 
 async def business_count(store: Store) -> int:
     assert isinstance(store, MemoryStore)
-    return len(store.business.get("business", []))
+    return len(store.tables.business.get("business", []))
+
+
+async def all_jobs(store: Store) -> list[Job]:
+    """Every job row, by id."""
+    assert isinstance(store, MemoryStore)
+    return sorted(store.tables.jobs.values(), key=lambda j: j.id)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from jobledger.domain.jobs import Job
 from jobledger.storage.port import Store, native_handle
 
 SKIP_REASON = (
@@ -134,3 +135,12 @@ async def open_peer(store: Store) -> AsyncIterator[Store]:
         yield peer
     finally:
         await peer.close()
+
+
+async def all_jobs(store: Store) -> list[Job]:
+    """Every job row, by id."""
+    from jobledger.storage.mongodb import MongoStore
+    from jobledger.storage.mongodb.builders import job_from_doc
+
+    assert isinstance(store, MongoStore)
+    return [job_from_doc(doc) async for doc in store.db.jobs.find({}).sort("_id", 1)]

@@ -20,8 +20,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from jobledger.domain.jobs import Job
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.postgres import PostgresStore
+from jobledger.storage.postgres.sql import JOB_SELECT
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 #: each test process gets its own database: a log read waits for the open transactions
@@ -136,3 +138,9 @@ def _schema_for(conn: psycopg.AsyncConnection[Any]) -> str:
     if not _OPEN:
         raise RuntimeError("business_write: no PostgreSQL test store is open")
     return _OPEN[-1]
+
+
+async def all_jobs(store: Store) -> list[Job]:
+    """Every job row, by id, read on a pooled connection of the store."""
+    assert isinstance(store, PostgresStore)
+    return await store.connections.jobs(f"SELECT {JOB_SELECT} FROM {store.s}.jobs ORDER BY id")

@@ -8,8 +8,11 @@ from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
+from jobledger.domain.jobs import Job
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.sqlite import SqliteStore
+from jobledger.storage.sqlite.encode import decode_job
+from jobledger.storage.sqlite.sql import JOB_SELECT
 
 
 @asynccontextmanager
@@ -51,3 +54,10 @@ async def business_count(store: Store) -> int:
         if exists is None:
             return 0
         return int(conn.execute("SELECT count(*) FROM business").fetchone()[0])
+
+
+async def all_jobs(store: Store) -> list[Job]:
+    """Every job row, by id, read on the store's reader connection."""
+    assert isinstance(store, SqliteStore)
+    query = f"{JOB_SELECT} ORDER BY id"
+    return await store.connections.read(lambda c: [decode_job(r) for r in c.execute(query)])

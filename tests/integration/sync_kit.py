@@ -27,7 +27,7 @@ FAST = "fast:audit"
 SETTINGS = Settings(safety_poll_s=60.0, max_payload_bytes=1000)
 
 #: what each helper must refuse as the async path does (test_sync_enqueue.py runs the
-#: whole table of tests/contract/test_enqueue_input.py through the shared sync core):
+#: whole table of tests/contract/writes/test_enqueue_input.py through the shared sync core):
 #: (enqueue options, the error, what it says)
 REFUSED: list[tuple[dict[str, Any], type[JobledgerError], str]] = [
     ({"target": "nope"}, UnknownTarget, "nope"),

@@ -93,7 +93,7 @@ async def test_a_committed_atomic_block_is_delivered_and_a_rolled_back_one_leave
 
     with pytest.raises(Boom):
         await in_django(rolled_back)
-    assert await kit.app.pod.store.read_log(0, limit=10) == [] and kit.users() == []
+    assert await kit.app.pod.store.log.read_log(0, limit=10) == [] and kit.users() == []
 
     def committed() -> Enqueued:
         with transaction.atomic(using=using):
@@ -126,7 +126,7 @@ async def test_an_inner_block_rolled_back_drops_its_job_and_the_outer_commits(
     assert kept.job_id is not None
     await kit.app.wait_done(kept.job_id, timeout_s=10)
     assert kit.delivered == [{"n": 1}] and kit.users() == ["outer"]
-    log = await kit.app.pod.store.read_log(0, limit=20)
+    log = await kit.app.pod.store.log.read_log(0, limit=20)
     assert [e.stream for e in log if e.type == "JobEnqueued"] == [f"job:{kept.job_id}"]
 
 
@@ -149,7 +149,7 @@ async def test_bad_input_raises_before_any_write_and_the_block_goes_on(kit: Sync
 
     await in_django(work)
     assert kit.users() == ["still mine"]
-    assert await kit.app.pod.store.read_log(0, limit=10) == []
+    assert await kit.app.pod.store.log.read_log(0, limit=10) == []
 
 
 async def test_the_enqueue_metrics_count_after_the_commit_only(kit: SyncKit) -> None:

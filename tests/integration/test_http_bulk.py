@@ -22,7 +22,7 @@ async def _post(http: httpx.AsyncClient, path: str, **params: Any) -> httpx.Resp
 
 
 async def _last_event(w: World, job_id: str) -> Any:
-    return (await w.store.read_stream(jobs.job_stream(job_id)))[-1]
+    return (await w.store.log.read_stream(jobs.job_stream(job_id)))[-1]
 
 
 async def test_bulk_retry_moves_only_matching_dead_jobs(store: Store, clock: FakeClock) -> None:
@@ -72,7 +72,7 @@ async def test_bulk_skip_checks_the_confirmed_count(store: Store, clock: FakeClo
         done = await _post(http, "skip", code="orders", expect=2)
         assert done.status_code == 200 and done.json()["changed"] == 2
         for job_id in dead:
-            assert await w.store.get_job(job_id) is None
+            assert await w.store.admin.get_job(job_id) is None
             event = await _last_event(w, job_id)
             assert event.type == EventType.JOB_SKIPPED and event.data["reason"] == "admin"
             assert event.actor is not None and event.actor.id == "alice"

@@ -24,7 +24,7 @@ async def _get(http: httpx.AsyncClient, **params: Any) -> dict[str, Any]:
 
 async def _succeeded(w: World, **kw: Any) -> str:
     job_id = await w.enqueue(**kw)
-    assert await w.store.apply([succeed(await w.job(job_id), w.clock)]) == [True]
+    assert await w.store.writes.apply([succeed(await w.job(job_id), w.clock)]) == [True]
     return job_id
 
 

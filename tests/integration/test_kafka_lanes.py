@@ -29,7 +29,7 @@ from jobledger.targets.kafka_record import Record
 from jobledger.targets.kafka_rules import KafkaEvent
 from tests.builders import make_engine
 from tests.contract.lanes_kit import drain, enqueue, keys_in, pod
-from tests.stores import make_store
+from tests.stores import all_jobs, make_store
 from tests.tansu import Tansu, consume, create_topic, tansu_fixture  # noqa: F401  (fixture `tansu`)
 
 pytestmark = pytest.mark.kafka
@@ -112,9 +112,9 @@ async def test_outage_of_days_spends_no_attempt_and_drains_in_key_order(
         await drain(a.runtime, P)
     assert runs.results == {"deferred": 1 + 72}  # every probe a real refused connection
     for job_id in ids:
-        row = await store.get_job(job_id)
+        row = await store.admin.get_job(job_id)
         assert row is not None and row.status == JobStatus.PENDING and row.attempts == 0
-    events = await store.read_stream(f"job:{ids[0]}")
+    events = await store.log.read_stream(f"job:{ids[0]}")
     assert all(e.type != "JobFailed" for e in events)
     # Kafka is back (an empty broker): the next probe goes through and the backlog drains
     await tansu.start()
@@ -122,7 +122,7 @@ async def test_outage_of_days_spends_no_attempt_and_drains_in_key_order(
     clock.advance(seconds=30)
     await drain(a.runtime, P)
     assert not a.runtime.pauses.is_paused("kafka:orders")
-    assert await store.all_jobs() == []
+    assert await all_jobs(store) == []
     records = await consume(tansu.bootstrap, "orders", len(items))
     expected = [{"k": k, "v": v} for k in keys for v in (1, 2)]  # key order, then version
     assert values(records) == expected
@@ -159,7 +159,7 @@ async def test_takeover_with_at_most_once_and_at_least_once_rows_in_flight(
     (amo_id,) = await enqueue(a.engine, "kafka:orders", [{"key": k1, "payload": {"n": 1}}])
     (alo_id,) = await enqueue(a.engine, "kafka:audit", [{"key": k2, "payload": {"n": 2}}])
     round_a = await _send_in_flight(a.runtime, tansu)
-    marked = await store.inflight(P)
+    marked = await store.queue.inflight(P)
     assert [j.id for j in marked] == [amo_id]  # at-most-once: marked before the send
     round_a.cancel()  # pod-a dies with both sends out: no outcome is ever written
     with pytest.raises(asyncio.CancelledError):
@@ -169,11 +169,11 @@ async def test_takeover_with_at_most_once_and_at_least_once_rows_in_flight(
     clock.advance(seconds=31)
     b = await pods("pod-b", tansu.bootstrap)  # takes the expired partition over
     assert P in b.runtime.leases.owned
-    dead = await store.get_job(amo_id)
+    dead = await store.admin.get_job(amo_id)
     assert dead is not None and dead.status == JobStatus.DEAD
     assert dead.dead_reason == "in flight when its partition was taken over"
     await drain(b.runtime, P)
-    assert await store.get_job(alo_id) is None  # resent by pod-b and done
+    assert await store.admin.get_job(alo_id) is None  # resent by pod-b and done
     audit = (await consume(tansu.bootstrap, "audit", 3))[1:]
     orders = (await consume(tansu.bootstrap, "orders", 2))[1:]
     # at-least-once: pod-a's send landed and pod-b sent it again; one event_id
@@ -196,16 +196,16 @@ async def test_stall_past_the_lease_sends_nothing_more_and_its_late_outcome_is_l
     clock.advance(seconds=31)  # ... past its 30 s lease
     b = await pods("pod-b", tansu.bootstrap)
     assert P in b.runtime.leases.owned
-    first = await store.get_job(ids[0])
+    first = await store.admin.get_job(ids[0])
     assert first is not None and first.status == JobStatus.DEAD  # judged by the takeover
     tansu.thaw()
     assert await round_a == 1  # pod-a's send completes late; its outcome write loses
-    still = await store.get_job(ids[0])
+    still = await store.admin.get_job(ids[0])
     assert still is not None and still.status == JobStatus.DEAD
     assert await drain(a.runtime, P, tick=False) == []  # its own clock says: lease gone
     assert a.runtime.fast.workers[P].lost
     await drain(b.runtime, P)
-    assert await store.get_job(ids[1]) is None and await store.get_job(ids[2]) is None
+    assert await store.admin.get_job(ids[1]) is None and await store.admin.get_job(ids[2]) is None
     records = (await consume(tansu.bootstrap, "orders", 4))[1:]
     assert values(records) == [{"k": k} for k in keys]  # each once: nothing sent twice
 
@@ -225,7 +225,7 @@ async def test_kafka_disabled_rows_wait_paused_and_nothing_is_sent(
     for _ in range(10):
         clock.advance(minutes=30)
         await drain(a.runtime, P)
-    row = await store.get_job(job_id)
+    row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.PENDING and row.attempts == 0
     assert a.runtime.pauses.is_paused("kafka:orders")
     assert a.kafka._producer is None

@@ -41,11 +41,12 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain import job_commands
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import DeliveryMode, JobStatus, Lane, Stamp
+from jobledger.storage.feed import Wake
 from jobledger.storage.mongodb import MongoStore
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb import indexes as ix
 from jobledger.storage.mongodb.codec import transaction_options
-from jobledger.storage.port import Transaction, Wake
+from jobledger.storage.port import Transaction
 from tests.builders import make_engine
 from tests.contract.lanes_kit import Recorder, enqueue, keys_in, pod, until
 from tests.e2e.test_docs_examples import ROOT, Block, blocks_of, run_block
@@ -57,6 +58,7 @@ from tests.factories.mongodb import (
     mongo_uri,
     open_peer,
 )
+from tests.stores import all_jobs
 
 pytestmark = pytest.mark.mongo
 
@@ -118,14 +120,14 @@ async def _fill(store: MongoStore, clock: FakeClock) -> None:
     )
     await enqueue(engine, LONG, [{"payload": n, "dedupe_key": f"report:{n}"} for n in range(40)])
     stamp = Stamp(clock.now(), None, None)
-    long_rows = [j for j in await store.all_jobs() if j.lane == Lane.LONG][:8]
+    long_rows = [j for j in await all_jobs(store) if j.lane == Lane.LONG][:8]
     claims = [
         job_commands.claim(
             j, token=f"c{n}", pod="pod-x", lease=timedelta(minutes=5), exclusive=False, stamp=stamp
         )
         for n, j in enumerate(long_rows)
     ]
-    assert all(await store.apply(claims))
+    assert all(await store.writes.apply(claims))
 
 
 async def test_the_dedupe_lookup_uses_the_dedupe_index(mongo: MongoStore, clock: FakeClock) -> None:
@@ -149,7 +151,7 @@ async def test_the_fast_lane_read_uses_fast_pending(mongo: MongoStore, clock: Fa
 async def test_the_long_lane_read_uses_indexes(mongo: MongoStore, clock: FakeClock) -> None:
     await _fill(mongo, clock)
     query, sort = b.long_candidates_query(clock.now() + timedelta(minutes=10))
-    found = await mongo.long_candidates(clock.now() + timedelta(minutes=10), limit=100)
+    found = await mongo.queue.long_candidates(clock.now() + timedelta(minutes=10), limit=100)
     assert {j.status for j in found} == {JobStatus.PENDING, JobStatus.RUNNING}
     explained = await mongo.db.jobs.find(query).sort(sort).limit(100).explain()
     # each $or branch on its partial index (or on status_newest, which the planner may
@@ -166,7 +168,7 @@ async def test_the_logs_reads_use_their_indexes(mongo: MongoStore, clock: FakeCl
     probe = mongo.db.events.find(flt, projection).sort(sort).hint(b.PENDING_INDEX).limit(1)
     assert_index_scan(await probe.explain(), uses={b.PENDING_INDEX})
     assert await mongo.sequencer.any_pending()
-    assert len(await mongo.read_log(0, limit=100_000)) == 348  # positioned by the steps
+    assert len(await mongo.log.read_log(0, limit=100_000)) == 348  # positioned by the steps
     assert not await mongo.sequencer.any_pending()
     engine = make_engine(mongo, clock)
     engine.targets.register(FAST, "fast", Recorder())
@@ -222,9 +224,11 @@ async def test_20_transactions_submitting_one_dedupe_key_make_one_job_and_lose_n
     assert await business_count(mongo) == 20  # no business transaction lost
     job_ids = {job_id for job_id, _ in results}
     assert len(job_ids) == 1 and [inserted for _, inserted in results].count(True) == 1
-    assert [j.id for j in await mongo.all_jobs()] == list(job_ids)
+    assert [j.id for j in await all_jobs(mongo)] == list(job_ids)
     assert len(attempts) > 20  # some were aborted and run again
-    enqueued = [e for e in await mongo.read_log(0, limit=1000) if e.type == EventType.JOB_ENQUEUED]
+    enqueued = [
+        e for e in await mongo.log.read_log(0, limit=1000) if e.type == EventType.JOB_ENQUEUED
+    ]
     assert len(enqueued) == 1
 
 
@@ -260,19 +264,19 @@ async def test_readers_do_not_wait_for_a_step_a_dead_pod_holds(
     engine = make_engine(mongo, clock)
     engine.targets.register(FAST, "fast", Recorder())
     await enqueue(engine, FAST, [{"payload": 1, "key": "a"}])
-    assert len(await mongo.read_log(0, limit=100)) == 1
+    assert len(await mongo.log.read_log(0, limit=100)) == 1
     async with mongo.client.start_session() as dead:
         await dead.start_transaction(**transaction_options())
         query, update = b.step_start()
         await mongo.db.sequencer.update_one(query, update, session=dead)
         await enqueue(engine, FAST, [{"payload": 2, "key": "b"}])
         started = asyncio.get_running_loop().time()
-        seen = await asyncio.wait_for(mongo.read_log(0, limit=100), timeout=5)
+        seen = await asyncio.wait_for(mongo.log.read_log(0, limit=100), timeout=5)
         assert asyncio.get_running_loop().time() - started < 5
         assert [e.position for e in seen] == [1]  # the published mark, nothing more
         assert mongo.sequencer.gave_way >= 1
         await dead.abort_transaction()  # what the server does after its lifetime limit
-    after = await mongo.read_log(0, limit=100)
+    after = await mongo.log.read_log(0, limit=100)
     assert [e.position for e in after] == [1, 2]
 
 
@@ -288,11 +292,11 @@ async def test_the_read_model_swap_keeps_the_indexes_and_the_rows(
     mongo: MongoStore, clock: FakeClock
 ) -> None:
     await _fill(mongo, clock)
-    jobs, schedules = await mongo.all_jobs(), await mongo.list_schedules()
+    jobs, schedules = await all_jobs(mongo), await mongo.admin.list_schedules()
     before = await _indexes(mongo, "jobs")
     await mongo.db.jobs.delete_many({"lane": "long"})  # a read model gone wrong
-    await mongo.replace_read_models(jobs, schedules)
-    assert await mongo.all_jobs() == jobs
+    await mongo.projections.replace_read_models(jobs, schedules)
+    assert await all_jobs(mongo) == jobs
     assert await _indexes(mongo, "jobs") == before
     names = await mongo.db.list_collection_names()
     assert not [n for n in names if n.endswith("__rebuild")]
@@ -307,7 +311,7 @@ async def test_a_first_release_log_gets_its_mark_from_its_highest_position(
     engine = make_engine(mongo, clock)
     engine.targets.register(FAST, "fast", Recorder())
     await enqueue(engine, FAST, [{"payload": n, "key": f"k{n}"} for n in range(5)])
-    assert len(await mongo.read_log(0, limit=100)) == 5
+    assert len(await mongo.log.read_log(0, limit=100)) == 5
     # as the first release left it: positions, no head document, index version 1
     await mongo.db.sequencer.delete_many({})
     await mongo.db.migrations.update_one(b.by_id(ix.MIGRATIONS_ID), {"$set": {"version": 1}})
@@ -315,7 +319,7 @@ async def test_a_first_release_log_gets_its_mark_from_its_highest_position(
     head = await mongo.db.sequencer.find_one(b.by_id(b.HEAD_ID))
     assert head is not None and head["high_water"] == 5
     await enqueue(engine, FAST, [{"payload": 9, "key": "k9"}])
-    assert [e.position for e in await mongo.read_log(0, limit=100)] == [1, 2, 3, 4, 5, 6]
+    assert [e.position for e in await mongo.log.read_log(0, limit=100)] == [1, 2, 3, 4, 5, 6]
 
 
 # --- the change stream names the partition and lane of an update --------------------
@@ -344,11 +348,11 @@ async def test_a_peer_is_woken_for_the_partition_and_lane_of_an_update(
             await until(lambda: bool(wakes))
             assert wakes == [Wake(frozenset({P}), frozenset({Lane.FAST}), False)]  # the insert
             wakes.clear()
-            job = await mongo.get_job(job_id)
+            job = await mongo.admin.get_job(job_id)
             assert job is not None
             stamp = Stamp(clock.now(), None, None)
             dispatch = job_commands.dispatch(job, token="t", pod="pod-x", stamp=stamp)
-            assert await mongo.apply([dispatch]) == [True]
+            assert await mongo.writes.apply([dispatch]) == [True]
             await until(lambda: bool(wakes))
             assert wakes == [Wake(frozenset({P}), frozenset({Lane.FAST}), False)]  # the update
         finally:
@@ -363,7 +367,7 @@ async def test_a_peer_is_woken_for_the_partition_and_lane_of_an_update(
 async def test_20_business_transactions_enqueue_while_a_lane_commits(
     mongo: MongoStore, clock: FakeClock
 ) -> None:
-    """Each business transaction is one attempt (`store.transaction()`: no retry that
+    """Each business transaction is one attempt (`store.writes.transaction()`: no retry that
     would hide an abort), writes its own row and enqueues into the partition the lane
     is draining, and stays open while the lane commits and readers position the log."""
     engine = make_engine(mongo, clock)
@@ -375,7 +379,7 @@ async def test_20_business_transactions_enqueue_while_a_lane_commits(
     keys = keys_in(P, 420)
     backlog, business_keys = keys[:400], keys[400:]
     await enqueue(engine, FAST, [{"payload": k, "key": k} for k in backlog])
-    assert await mongo.read_log(0, limit=10_000)  # positioned: the lane works on a clean log
+    assert await mongo.log.read_log(0, limit=10_000)  # positioned: the lane works on a clean log
     go, business_done = asyncio.Event(), asyncio.Event()
     lane_rounds = 0
     aborted: list[tuple[int, BaseException]] = []
@@ -392,14 +396,14 @@ async def test_20_business_transactions_enqueue_while_a_lane_commits(
     async def log_reader() -> None:  # sequencing steps, as a projection makes them
         await go.wait()
         while not business_done.is_set():
-            await mongo.read_log(0, limit=10_000)
+            await mongo.log.read_log(0, limit=10_000)
             await asyncio.sleep(0.01)
 
     async def business(n: int) -> None:
         await go.wait()
         await asyncio.sleep(0.01 * n)
         try:
-            async with mongo.transaction() as tx:
+            async with mongo.writes.transaction() as tx:
                 opened_at = lane_rounds
                 await business_write(tx, n)
                 await engine.enqueue(
@@ -420,7 +424,7 @@ async def test_20_business_transactions_enqueue_while_a_lane_commits(
     assert aborted == []
     assert len(overlaps) == 20 and sum(overlaps) > 0  # the lane committed meanwhile
     assert await business_count(mongo) == 20
-    events = await mongo.read_log(0, limit=100_000)
+    events = await mongo.log.read_log(0, limit=100_000)
     assert [e.position for e in events] == list(range(1, len(events) + 1))  # no gap, no skip
     enqueued = {e.data.get("dedupe_key") for e in events if e.type == EventType.JOB_ENQUEUED}
     assert {f"order:{n}" for n in range(20)} <= enqueued

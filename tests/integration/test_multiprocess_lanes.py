@@ -35,6 +35,7 @@ from jobledger.engine import Engine
 from jobledger.storage.port import Store
 from jobledger.storage.urls import open_store
 from tests.integration import multiprocess_app
+from tests.stores import all_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +136,7 @@ async def lease_counts(store: Store) -> Counter[str]:
     now = SystemClock().now()
     return Counter(
         lease.owner
-        for lease in await store.leases()
+        for lease in await store.coordination.leases()
         if lease.owner is not None and lease.lease_until is not None and lease.lease_until > now
     )
 
@@ -167,7 +168,7 @@ async def test_three_workers_split_21_21_22_and_leave_cleanly(kind: str, tmp_pat
             assert workers.stop_all() == [0, 0, 0]
             assert await lease_counts(store) == Counter()
             since = SystemClock().now() - timedelta(minutes=1)
-            assert await store.live_workers(since) == []
+            assert await store.coordination.live_workers(since) == []
         finally:
             workers.stop_all()
             await store.close()
@@ -213,12 +214,12 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
             victim.wait(timeout=10)
 
             async def drained() -> bool:
-                return all(j.status == JobStatus.DEAD for j in await store.all_jobs())
+                return all(j.status == JobStatus.DEAD for j in await all_jobs(store))
 
             await wait_until(drained, 90, "every row to be delivered or DEAD")
             codes = workers.stop_all()
             assert codes[1:] == [0, 0]
-            rows = {j.id: j for j in await store.all_jobs()}
+            rows = {j.id: j for j in await all_jobs(store)}
         finally:
             workers.stop_all()
             await store.close()
@@ -335,7 +336,7 @@ async def test_workers_joining_while_jobs_drain_never_interleave_a_key(
                 workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
 
             async def drained() -> bool:
-                return not await store.all_jobs()
+                return not await all_jobs(store)
 
             await wait_until(drained, 180, "every row to be delivered")
 

@@ -15,6 +15,7 @@ from jobledger.domain import job_commands
 from jobledger.domain.events import Actor, verify_chain
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.storage.postgres import PostgresStore, encode
+from tests.stores import all_jobs
 
 pytestmark = pytest.mark.postgres
 
@@ -44,15 +45,15 @@ async def test_each_single_enqueue_writes_the_change_row_field_by_field(
         opening(clock, 4, payload="text", key="k", version=-2),
     ]
     assert all(encode.opens_one(c) for c in changes)
-    async with pg.transaction() as tx:
+    async with pg.writes.transaction() as tx:
         for change in changes:
-            assert await pg.append_in(tx, [change]) == [True]
-    assert {j.id: j for j in await pg.all_jobs()} == {c.row.id: c.row for c in changes}
-    keys = await pg._tuples(f"SELECT id, order_key, attempts FROM {pg.s}.jobs")
+            assert await pg.writes.append_in(tx, [change]) == [True]
+    assert {j.id: j for j in await all_jobs(pg)} == {c.row.id: c.row for c in changes}
+    keys = await pg.connections.tuples(f"SELECT id, order_key, attempts FROM {pg.s}.jobs")
     assert {k: (o, a) for k, o, a in keys} == {
         c.row.id: (c.row.order_key.encode(), 0) for c in changes
     }
-    log = await pg.read_log(0, limit=10)
+    log = await pg.log.read_log(0, limit=10)
     assert log == [c.events[0] for c in changes] and verify_chain(log) == []
 
 
@@ -62,11 +63,11 @@ async def test_a_row_its_event_does_not_make_is_written_as_given(
     plain = opening(clock, 5, payload={"n": 5})
     odd = dataclasses.replace(plain, row=dataclasses.replace(plain.row, attempts=3))
     assert encode.opens_job(odd) and not encode.opens_one(odd)
-    async with pg.transaction() as tx:
-        assert await pg.append_in(tx, [odd]) == [True]
-    assert await pg.get_job(plain.row.id) == odd.row
+    async with pg.writes.transaction() as tx:
+        assert await pg.writes.append_in(tx, [odd]) == [True]
+    assert await pg.admin.get_job(plain.row.id) == odd.row
     # the key it holds is seen by the single-enqueue statement: that job writes nothing
     again = opening(clock, 6, dedupe="d-5", payload={"n": 6})
     assert encode.opens_one(again)
-    assert await pg.apply([again]) == [False]
-    assert await pg.get_job(again.row.id) is None
+    assert await pg.writes.apply([again]) == [False]
+    assert await pg.admin.get_job(again.row.id) is None

@@ -105,7 +105,7 @@ def reads_no_log(nodes: list[dict[str, Any]]) -> None:
 async def single_writes(big: PostgresStore) -> None:
     """The lean statements of one enqueue and of an at-most-once mark alone: the row by
     the jobs' primary key, the positions without reading the log."""
-    (job,) = await big.fast_pending(5, after_key=None, limit=1)
+    (job,) = await big.queue.fast_pending(5, after_key=None, limit=1)
     mark = job_commands.dispatch(job, token="t", pod="pod-a", stamp=Stamp(NOW))
     params = encode.guarded_update_params(mark, "pod-a", NOW)
     nodes = await explain(big, big.sql.guarded_update, params)
@@ -142,7 +142,7 @@ async def lane_reads_and_timers(big: PostgresStore) -> None:
     ]
     for sql, params, index in cases:
         check(await explain(big, sql, params), *index.split("|"))
-    assert await big.running_codes(NOW) == {
+    assert await big.queue.running_codes(NOW) == {
         f"schedule:{i}" for i in range(9, ROWS, 1000) if (i % 7 - 3) > 0
     }
 
@@ -180,10 +180,10 @@ async def admin_filters(big: PostgresStore) -> None:
         (JobFilter(), "jobs_pkey"),
     ]
     for flt, index in cases:
-        page, count, params = big.list_sql(flt)
+        page, count, params = big.admin.list_sql(flt)
         check(await explain(big, page, {**params, "offset": 0, "limit": 100}), index)
         if flt != JobFilter():  # an unfiltered total counts every open job
             check(await explain(big, count, params), index)
-    rows, total = await big.list_jobs(JobFilter(key="k42"), offset=0, limit=100)
+    rows, total = await big.admin.list_jobs(JobFilter(key="k42"), offset=0, limit=100)
     assert total == ROWS // 5000 and len(rows) == total
     assert [j.id for j in rows] == sorted((j.id for j in rows), reverse=True)

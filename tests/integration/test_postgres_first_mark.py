@@ -26,11 +26,12 @@ from jobledger.domain.jobs import Change, DeliveryMode, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.engine import Engine
 from jobledger.reactors.runtime import Runtime
+from jobledger.storage.feed import Wake
 from jobledger.storage.jsontext import dumps
-from jobledger.storage.port import LeaseGuard, Wake
+from jobledger.storage.port import LeaseGuard
 from jobledger.storage.postgres import PostgresStore
+from jobledger.storage.postgres.encode import hint_payload
 from jobledger.storage.postgres.listen import parse_wake
-from jobledger.storage.postgres.mark_statement import hint_payload
 from tests.contract.lanes_kit import Recorder, until
 
 pytestmark = pytest.mark.postgres
@@ -40,7 +41,7 @@ POD = "pod-a"
 
 @pytest.fixture(autouse=True)
 async def _seeded(pg: PostgresStore) -> None:
-    await pg.seed_partitions(pg.partitions)
+    await pg.coordination.seed_partitions(pg.partitions)
 
 
 def opened(
@@ -60,7 +61,7 @@ def opened(
 
 async def written(pg: PostgresStore, clock: FakeClock, **spec: Any) -> Job:
     change = opened(clock, **spec)
-    assert await pg.apply([change]) == [True]
+    assert await pg.writes.apply([change]) == [True]
     row = change.row
     assert isinstance(row, Job)
     return row
@@ -68,7 +69,7 @@ async def written(pg: PostgresStore, clock: FakeClock, **spec: Any) -> Job:
 
 async def lease(pg: PostgresStore, clock: FakeClock, partition: int, pod: str = POD) -> None:
     now = clock.now()
-    assert await pg.take_partition(partition, pod, now, now + timedelta(minutes=5))
+    assert await pg.coordination.take_partition(partition, pod, now, now + timedelta(minutes=5))
 
 
 def mark(job: Job, clock: FakeClock) -> Change:
@@ -91,12 +92,12 @@ async def test_a_single_enqueue_hands_its_row_to_the_feed(
         async with engine.transaction() as tx:
             one = await engine.enqueue("kafka:m", {"n": 1.5, "s": "é"}, tx=tx, key="a")
         wake = await next_wake(feed)
-        row = await pg.get_job(one.job_id or "")
+        row = await pg.admin.get_job(one.job_id or "")
         assert row is not None and wake.jobs == (row,)
         assert wake.partitions == frozenset({row.partition})
         async with engine.transaction() as tx:  # headers, no payload
             two = await engine.enqueue("kafka:m", None, tx=tx, key="h", headers={"a": "b"})
-        row = await pg.get_job(two.job_id or "")
+        row = await pg.admin.get_job(two.job_id or "")
         assert row is not None and row.headers == {"a": "b"} and row.payload is None
         assert (await next_wake(feed)).jobs == (row,)
         # several jobs in one call, a long-lane job, a payload past the NOTIFY limit:
@@ -110,7 +111,7 @@ async def test_a_single_enqueue_hands_its_row_to_the_feed(
         async with engine.transaction() as tx:
             big = await engine.enqueue("kafka:m", "x" * 9000, tx=tx, key="c")
         wake = await next_wake(feed)
-        big_row = await pg.get_job(big.job_id or "")
+        big_row = await pg.admin.get_job(big.job_id or "")
         assert big_row is not None and wake.jobs == ()
         assert wake.partitions == frozenset({big_row.partition})
     finally:
@@ -139,15 +140,15 @@ async def test_mark_first_marks_a_lone_row_with_its_event_in_the_chain(
     job = await written(pg, clock)
     await lease(pg, clock, job.partition)
     change = mark(job, clock)
-    assert await pg.mark_first(change, LeaseGuard(POD, clock.now()))
-    row = await pg.get_job(job.id)
+    assert await pg.writes.mark_first(change, LeaseGuard(POD, clock.now()))
+    row = await pg.admin.get_job(job.id)
     assert row is not None and row.inflight_token is not None and row == change.row
-    events = await pg.read_stream(job.stream)
+    events = await pg.log.read_stream(job.stream)
     assert [e.type for e in events] == ["JobEnqueued", "JobDispatched"]
     assert chain_problems([event_row(e) for e in events], {}) == []
     # the same change again: the compare-and-set refuses it, nothing is written
-    assert not await pg.mark_first(change, LeaseGuard(POD, clock.now()))
-    assert len(await pg.read_stream(job.stream)) == 2
+    assert not await pg.writes.mark_first(change, LeaseGuard(POD, clock.now()))
+    assert len(await pg.log.read_stream(job.stream)) == 2
 
 
 async def test_mark_first_refuses_a_row_behind_an_earlier_version_of_its_chain(
@@ -159,33 +160,33 @@ async def test_mark_first_refuses_a_row_behind_an_earlier_version_of_its_chain(
     assert first.partition == second.partition == other_target.partition
     await lease(pg, clock, first.partition)
     guard = LeaseGuard(POD, clock.now())
-    assert not await pg.mark_first(mark(second, clock), guard)
-    unchanged = await pg.get_job(second.id)
+    assert not await pg.writes.mark_first(mark(second, clock), guard)
+    unchanged = await pg.admin.get_job(second.id)
     assert unchanged == second
     # another target's chain with the same key is not held by it
-    assert await pg.mark_first(mark(other_target, clock), guard)
+    assert await pg.writes.mark_first(mark(other_target, clock), guard)
     first_mark = mark(first, clock)
-    assert await pg.mark_first(first_mark, guard)
+    assert await pg.writes.mark_first(first_mark, guard)
     # in flight, the earlier version still holds the chain; once it left, it does not
-    assert not await pg.mark_first(mark(second, clock), guard)
+    assert not await pg.writes.mark_first(mark(second, clock), guard)
     marked = first_mark.row
     assert isinstance(marked, Job)
     policy = OutcomePolicy(DeliveryMode.AT_MOST_ONCE, 5, (1.0,))
     done = decide_outcome(marked, RunResult(Result.OK), policy, Stamp(clock.now(), SYSTEM))
-    assert await pg.apply([done.change]) == [True]
-    assert await pg.mark_first(mark(second, clock), guard)
+    assert await pg.writes.apply([done.change]) == [True]
+    assert await pg.writes.mark_first(mark(second, clock), guard)
 
 
 async def test_mark_first_refuses_without_the_lease(pg: PostgresStore, clock: FakeClock) -> None:
     job = await written(pg, clock)
     await lease(pg, clock, job.partition, pod="pod-b")
-    assert not await pg.mark_first(mark(job, clock), LeaseGuard(POD, clock.now()))
-    assert await pg.get_job(job.id) == job
-    await pg.release_partitions("pod-b", [job.partition])
+    assert not await pg.writes.mark_first(mark(job, clock), LeaseGuard(POD, clock.now()))
+    assert await pg.admin.get_job(job.id) == job
+    await pg.coordination.release_partitions("pod-b", [job.partition])
     await lease(pg, clock, job.partition, pod=POD)
     later = clock.now() + timedelta(minutes=10)  # past the lease
-    assert not await pg.mark_first(mark(job, clock), LeaseGuard(POD, later))
-    assert await pg.get_job(job.id) == job
+    assert not await pg.writes.mark_first(mark(job, clock), LeaseGuard(POD, later))
+    assert await pg.admin.get_job(job.id) == job
 
 
 async def test_an_idle_pod_sends_a_handed_over_row_before_reading_its_partition(
@@ -211,7 +212,7 @@ async def test_an_idle_pod_sends_a_handed_over_row_before_reading_its_partition(
         await until(lambda: len(rec.calls) == 1)
         assert pages_at_call == [pages]  # marked and sent without a read
         assert rec.calls[0].id == done.job_id and rec.payloads == [{"n": 1}]
-        events = await pg.read_stream(f"job:{done.job_id}")
+        events = await pg.log.read_stream(f"job:{done.job_id}")
         await until(lambda: _closed(pg, done.job_id or ""))
         assert [e.type for e in events[:2]] == ["JobEnqueued", "JobDispatched"]
     finally:
@@ -219,7 +220,7 @@ async def test_an_idle_pod_sends_a_handed_over_row_before_reading_its_partition(
 
 
 async def _closed(pg: PostgresStore, job_id: str) -> bool:
-    return await pg.get_job(job_id) is None
+    return await pg.admin.get_job(job_id) is None
 
 
 async def test_the_wake_connection_is_reused_replaced_when_terminated_and_shared_with_the_pool(
@@ -229,9 +230,9 @@ async def test_the_wake_connection_is_reused_replaced_when_terminated_and_shared
     for partition in {job.partition for job in jobs}:
         await lease(pg, clock, partition)
     guard = LeaseGuard(POD, clock.now())
-    assert await pg.mark_first(mark(jobs[0], clock), guard)
-    assert await pg.mark_first(mark(jobs[1], clock), guard)
-    wake = pg._wake
+    assert await pg.writes.mark_first(mark(jobs[0], clock), guard)
+    assert await pg.writes.mark_first(mark(jobs[1], clock), guard)
+    wake = pg.connections.wake
     assert wake.connects == 1
     pid = wake.backend_pid
     async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as admin:
@@ -242,11 +243,12 @@ async def test_the_wake_connection_is_reused_replaced_when_terminated_and_shared
                 break
             await asyncio.sleep(0.01)
     # the dead connection is found before the statement is sent: replaced, no error
-    assert await pg.mark_first(mark(jobs[2], clock), guard)
+    assert await pg.writes.mark_first(mark(jobs[2], clock), guard)
     assert wake.connects == 2 and wake.backend_pid not in (None, pid)
     # two marks at once: one on the wake connection, the other on a pooled one
     both = await asyncio.gather(
-        pg.mark_first(mark(jobs[3], clock), guard), pg.mark_first(mark(jobs[4], clock), guard)
+        pg.writes.mark_first(mark(jobs[3], clock), guard),
+        pg.writes.mark_first(mark(jobs[4], clock), guard),
     )
     assert list(both) == [True, True] and wake.connects == 2
 

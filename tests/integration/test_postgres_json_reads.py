@@ -46,11 +46,11 @@ async def test_the_lanes_read_back_every_payload_as_enqueued(
     pg: PostgresStore, clock: FakeClock
 ) -> None:
     changes = [new_job(clock, key=f"k{i}", payload=p) for i, p in enumerate(PAYLOADS)]
-    assert await pg.apply(changes) == [True] * len(changes)
+    assert await pg.writes.apply(changes) == [True] * len(changes)
     for change in changes:
         (read,) = [
             j
-            for j in await pg.fast_pending(change.row.partition, after_key=None, limit=100)
+            for j in await pg.queue.fast_pending(change.row.partition, after_key=None, limit=100)
             if j.id == change.row.id
         ]
         assert read == change.row

@@ -50,5 +50,5 @@ FROM generate_series(1, 250000) AS i""",
                 n["Node Type"] == "Index Scan" and n.get("Index Name") == "events_pkey"
                 for n in nodes
             ), kinds
-        rows = await store.read_log_rows(1000, limit=5)
+        rows = await store.log.read_log_rows(1000, limit=5)
         assert [row[0] for row in rows] == [1001, 1002, 1003, 1004, 1005]

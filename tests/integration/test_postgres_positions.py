@@ -17,7 +17,7 @@ from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.engine import Engine
 from jobledger.storage.postgres import PostgresStore
 from jobledger.storage.postgres.schema import ORDINAL_BITS
-from jobledger.storage.postgres.store import COPY_FROM
+from jobledger.storage.postgres.writes import COPY_FROM
 
 pytestmark = pytest.mark.postgres
 
@@ -49,12 +49,12 @@ async def test_every_write_path_of_one_transaction_takes_the_next_positions(
     try:
         async with conn.transaction():
             single = opened(clock, "a")
-            assert await pg.append_in(conn, [single]) == [True]  # the single enqueue
+            assert await pg.writes.append_in(conn, [single]) == [True]  # the single enqueue
             order.append(single.stream)
             keyed = await engine.enqueue("kafka:t", None, tx=conn, dedupe_key="caller-key")
             order.append(f"job:{keyed.job_id}")
             few = [opened(clock, f"few-{k}") for k in range(3)]
-            assert await pg.append_in(conn, few) == [True] * 3  # the batch statement
+            assert await pg.writes.append_in(conn, few) == [True] * 3  # the batch statement
             order += [c.stream for c in few]
             try:
                 async with conn.transaction():  # a savepoint, rolled back with its event
@@ -63,18 +63,18 @@ async def test_every_write_path_of_one_transaction_takes_the_next_positions(
             except RuntimeError:
                 pass
             many = [opened(clock, f"many-{k}") for k in range(COPY_FROM)]
-            assert await pg.append_in(conn, many) == [True] * COPY_FROM  # COPY
+            assert await pg.writes.append_in(conn, many) == [True] * COPY_FROM  # COPY
             order += [c.stream for c in many]
             # the general statement: a new job and an event on the first job's stream
             cancel = job_commands.cancel(single.row, Stamp(clock.now()))
             mixed = [opened(clock, "mixed"), cancel]
-            assert await pg.append_in(conn, mixed) == [True, True]
+            assert await pg.writes.append_in(conn, mixed) == [True, True]
             order += [mixed[0].stream, cancel.stream]
             last = await engine.enqueue("kafka:t", {"n": 2}, tx=conn, key="z")
             order.append(f"job:{last.job_id}")
     finally:
         await conn.close()
-    log = await pg.read_log(0, limit=1000)
+    log = await pg.log.read_log(0, limit=1000)
     assert [e.stream for e in log] == order
     positions = [e.position or 0 for e in log]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
@@ -85,10 +85,10 @@ async def test_each_transaction_counts_its_positions_from_the_start_of_its_range
     pg: PostgresStore, clock: FakeClock
 ) -> None:
     for tag in ("one", "two"):
-        async with pg.transaction() as tx:
-            assert await pg.append_in(tx, [opened(clock, tag)]) == [True]
-            assert await pg.append_in(tx, [opened(clock, tag + "-b")]) == [True]
-    log = await pg.read_log(0, limit=10)
+        async with pg.writes.transaction() as tx:
+            assert await pg.writes.append_in(tx, [opened(clock, tag)]) == [True]
+            assert await pg.writes.append_in(tx, [opened(clock, tag + "-b")]) == [True]
+    log = await pg.log.read_log(0, limit=10)
     ordinals = [(e.position or 0) & ((1 << ORDINAL_BITS) - 1) for e in log]
     assert ordinals == [1, 2, 1, 2]
     assert len({(e.position or 0) >> ORDINAL_BITS for e in log}) == 2

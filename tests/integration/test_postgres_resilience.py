@@ -12,10 +12,11 @@ import pytest
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import Lane
-from jobledger.storage.port import EVERYTHING, Wake
+from jobledger.storage.feed import EVERYTHING, Wake
 from jobledger.storage.postgres import PostgresStore
 from tests.builders import new_job
 from tests.factories.postgres import business_count, business_write, make_store
+from tests.stores import all_jobs
 
 pytestmark = pytest.mark.postgres
 
@@ -57,7 +58,7 @@ async def test_the_listen_connection_survives_termination_and_wakes_again(
     waiting = asyncio.ensure_future(asyncio.wait_for(anext(feed), 10))
     await asyncio.sleep(0)
     change = new_job(clock, key="after-reconnect")
-    await pg.apply([change])
+    await pg.writes.apply([change])
     wake = await waiting
     assert wake == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False, wake.jobs)
     assert [job.id for job in wake.jobs] == [change.row.id]
@@ -69,9 +70,9 @@ async def test_apply_works_right_after_its_pooled_connection_was_terminated(
     pid = await pooled_pid(pg)
     await terminate(pg.dsn, pid)
     # the checkout check sees the dead idle connection; the pool hands out a new one
-    assert await pg.apply([new_job(clock)]) == [True]
+    assert await pg.writes.apply([new_job(clock)]) == [True]
     assert await pooled_pid(pg) != pid
-    assert len(await pg.all_jobs()) == 1
+    assert len(await all_jobs(pg)) == 1
 
 
 async def test_a_transaction_cut_off_by_the_server_leaves_nothing_and_the_next_call_works(
@@ -79,17 +80,17 @@ async def test_a_transaction_cut_off_by_the_server_leaves_nothing_and_the_next_c
 ) -> None:
     lost = new_job(clock, key="lost")
     with pytest.raises(psycopg.OperationalError):
-        async with pg.transaction() as tx:
+        async with pg.writes.transaction() as tx:
             await business_write(tx, "half")
-            assert await pg.append_in(tx, [lost]) == [True]
+            assert await pg.writes.append_in(tx, [lost]) == [True]
             await terminate(pg.dsn, tx.native.info.backend_pid)
             # the commit (or the next statement) finds the connection gone
-    assert await pg.all_jobs() == []
-    assert await pg.read_log(0, limit=10) == []
+    assert await all_jobs(pg) == []
+    assert await pg.log.read_log(0, limit=10) == []
     assert await business_count(pg) == 0
     # the broken connection was discarded; the same dedupe key is still free
-    assert await pg.apply([lost]) == [True]
-    assert [j.id for j in await pg.all_jobs()] == [lost.row.id]
+    assert await pg.writes.apply([lost]) == [True]
+    assert [j.id for j in await all_jobs(pg)] == [lost.row.id]
 
 
 async def listening_backends(dsn: str, channel: str) -> int:
@@ -109,7 +110,9 @@ async def test_the_listen_connection_runs_only_while_the_feed_has_a_subscriber(
     pg: PostgresStore, clock: FakeClock
 ) -> None:
     channel = pg.sql.channel
-    assert await pg.apply([new_job(clock, key="before")]) == [True]  # enqueue-only: no LISTEN
+    assert await pg.writes.apply([new_job(clock, key="before")]) == [
+        True
+    ]  # enqueue-only: no LISTEN
     assert pg.listener.backend_pid is None and await listening_backends(pg.dsn, channel) == 0
     first = await pg.feed().open()
     second = await pg.feed().open()
@@ -125,7 +128,7 @@ async def test_the_listen_connection_runs_only_while_the_feed_has_a_subscriber(
     assert await listening_backends(pg.dsn, channel) == 0
     again = await pg.feed().open()  # a new subscriber listens again, before open() returns
     change = new_job(clock, key="after")
-    assert await pg.apply([change]) == [True]
+    assert await pg.writes.apply([change]) == [True]
     wake = await asyncio.wait_for(anext(again), 10)
     assert wake == Wake(frozenset({change.row.partition}), frozenset({Lane.FAST}), False, wake.jobs)
     assert [job.id for job in wake.jobs] == [change.row.id]

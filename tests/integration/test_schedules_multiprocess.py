@@ -101,12 +101,14 @@ async def test_three_processes_one_job_per_slot(kind: str, tmp_path: Path) -> No
         store = open_store(url)
         await store.open()
         try:
-            events = await store.read_stream(f"schedule:{CODE}")
+            events = await store.log.read_stream(f"schedule:{CODE}")
             types = [e.type for e in events]
             assert types.count(EventType.SCHEDULE_DECLARED) == 1
             assert types.count(EventType.SCHEDULE_SLOT_ENQUEUED) == SLOTS == len(types) - 1
             assert verify_chain(events) == []
-            jobs, total = await store.list_jobs(JobFilter(code=CODE), offset=0, limit=SLOTS + 10)
+            jobs, total = await store.admin.list_jobs(
+                JobFilter(code=CODE), offset=0, limit=SLOTS + 10
+            )
             assert total == SLOTS
             expected = {
                 slot_dedupe_key(CODE, START + timedelta(minutes=m)) for m in range(1, SLOTS + 1)

@@ -62,7 +62,7 @@ async def test_a_session_commit_delivers_the_job_and_a_rollback_leaves_nothing(
 
     with pytest.raises(Boom):
         await asyncio.to_thread(rolled_back)
-    assert await kit.app.pod.store.read_log(0, limit=10) == [] and kit.users() == []
+    assert await kit.app.pod.store.log.read_log(0, limit=10) == [] and kit.users() == []
 
     def committed() -> Enqueued:
         with Session(db) as session, session.begin():
@@ -101,7 +101,9 @@ async def test_a_connection_commits_and_rolls_back_the_job_with_its_own_rows(
     assert kept.job_id is not None
     await kit.app.wait_done(kept.job_id, timeout_s=10)
     assert kit.delivered == [{"n": 1}] and kit.users() == ["kept"]
-    enqueued = [e for e in await kit.app.pod.store.read_log(0, limit=20) if e.type == "JobEnqueued"]
+    enqueued = [
+        e for e in await kit.app.pod.store.log.read_log(0, limit=20) if e.type == "JobEnqueued"
+    ]
     assert [e.stream for e in enqueued] == [f"job:{kept.job_id}"]
 
 
@@ -115,7 +117,7 @@ async def test_bad_input_raises_before_any_write_and_the_session_goes_on(
 
     await asyncio.to_thread(work)
     assert kit.users() == ["still mine"]
-    assert await kit.app.pod.store.read_log(0, limit=10) == []
+    assert await kit.app.pod.store.log.read_log(0, limit=10) == []
 
 
 def test_anything_but_a_session_or_a_connection_is_refused() -> None:
@@ -161,7 +163,9 @@ async def test_the_enqueue_metrics_of_a_session_wait_for_its_commit(
     assert seen == [(FAST, 1), (FAST, 1)]
     await asyncio.to_thread(rolled_back)
     assert seen == [(FAST, 1), (FAST, 1)]
-    enqueued = [e for e in await kit.app.pod.store.read_log(0, limit=50) if e.type == "JobEnqueued"]
+    enqueued = [
+        e for e in await kit.app.pod.store.log.read_log(0, limit=50) if e.type == "JobEnqueued"
+    ]
     assert sorted(e.data["payload"]["n"] for e in enqueued) == [1, 3]
 
 

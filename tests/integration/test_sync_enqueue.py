@@ -22,8 +22,9 @@ from jobledger.domain.jobs import NewJob
 from jobledger.engine import Enqueued
 from jobledger.integrations import sync
 from jobledger.storage.sqlite import SqliteStore
-from tests.contract.test_enqueue_input import BAD
+from tests.contract.writes.test_enqueue_input import BAD
 from tests.integration.sync_kit import FAST, LONG, SETTINGS, SyncKit, running
+from tests.stores import all_jobs
 
 
 class Boom(Exception):
@@ -47,7 +48,7 @@ async def test_a_committed_enqueue_is_delivered_by_the_running_pod(kit: SyncKit)
     await kit.app.wait_done(job.job_id, timeout_s=10)  # the safety poll is a minute away
     assert kit.delivered == [{"user": "ada"}]
     assert kit.users() == ["ada"]
-    events = await kit.app.pod.store.read_stream(f"job:{job.job_id}")
+    events = await kit.app.pod.store.log.read_stream(f"job:{job.job_id}")
     assert events[0].type == "JobEnqueued" and events[-1].type == "JobSucceeded"
 
 
@@ -72,7 +73,7 @@ async def test_a_rolled_back_transaction_leaves_no_job_and_no_row(kit: SyncKit) 
     with pytest.raises(Boom):
         await asyncio.to_thread(signup)
     store = kit.app.pod.store
-    assert await store.all_jobs() == [] and await store.read_log(0, limit=10) == []
+    assert await all_jobs(store) == [] and await store.log.read_log(0, limit=10) == []
     assert kit.users() == []
     # the rolled-back key is free again
     again = await asyncio.to_thread(_enqueue_committed, kit, {"dedupe_key": "u-bob"})
@@ -119,7 +120,7 @@ async def test_bad_input_is_refused_as_on_the_async_path_and_the_caller_commits(
 
     assert (await asyncio.to_thread(enqueue)).inserted
     assert kit.users() == ["still mine"]
-    log = await kit.app.pod.store.read_log(0, limit=10)  # the pod may have run it since
+    log = await kit.app.pod.store.log.read_log(0, limit=10)  # the pod may have run it since
     assert [e.type for e in log].count("JobEnqueued") == 1
 
 
@@ -131,7 +132,7 @@ async def test_an_unknown_target_is_refused_before_anything_is_written(kit: Sync
             kit.insert_user(conn, "kept")
 
     await asyncio.to_thread(enqueue)
-    assert await kit.app.pod.store.read_log(0, limit=10) == []
+    assert await kit.app.pod.store.log.read_log(0, limit=10) == []
     assert kit.users() == ["kept"]
 
 
@@ -155,7 +156,7 @@ async def test_a_connection_to_another_database_or_in_autocommit_is_refused(
         idle.close()
 
     await asyncio.to_thread(refused)
-    assert await kit.app.pod.store.read_log(0, limit=10) == []
+    assert await kit.app.pod.store.log.read_log(0, limit=10) == []
 
 
 async def test_an_enqueue_only_app_that_never_started_enqueues_for_the_workers(
@@ -198,7 +199,7 @@ async def test_a_lossy_target_is_refused_before_anything_is_written(kit: SyncKit
             kit.insert_user(conn, "kept")
 
     await asyncio.to_thread(enqueue)
-    assert await kit.app.pod.store.read_log(0, limit=10) == []
+    assert await kit.app.pod.store.log.read_log(0, limit=10) == []
     assert kit.users() == ["kept"]
 
 
@@ -233,7 +234,7 @@ async def test_a_psycopg_connection_that_cannot_reach_the_store_leaves_the_trans
 
         await asyncio.to_thread(refused)
         assert kit.users() == ["kept", "kept too"]
-        assert await store.read_log(0, limit=10) == []
+        assert await store.log.read_log(0, limit=10) == []
 
 
 async def test_versions_count_in_the_callers_transaction_and_order_its_jobs(
@@ -252,7 +253,7 @@ async def test_versions_count_in_the_callers_transaction_and_order_its_jobs(
     with pytest.raises(Boom):
         await asyncio.to_thread(order_event, 99, fail=True)
     assert await asyncio.to_thread(order_event, 3) == 4  # the rolled-back 4 is given again
-    jobs = await kit.app.pod.store.all_jobs()
+    jobs = await all_jobs(kit.app.pod.store)
     await kit.app.wait_done(*(j.id for j in jobs), timeout_s=10)
     assert kit.delivered == [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}]
 

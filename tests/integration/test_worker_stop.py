@@ -42,6 +42,7 @@ from tests.integration.test_multiprocess_lanes import (
     store_url,
     wait_until,
 )
+from tests.stores import all_jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -213,11 +214,11 @@ async def test_sigterm_with_the_database_unreachable_exits_within_the_stop_timeo
             workers.spawn("heir", tmp_path / "heir.log")
 
             async def drained() -> bool:
-                return all(j.status == JobStatus.DEAD for j in await store.all_jobs())
+                return all(j.status == JobStatus.DEAD for j in await all_jobs(store))
 
             await wait_until(drained, 60, "every row to be delivered or DEAD")
             assert workers.stop_all()[1:] == [0]
-            rows = {j.id: j for j in await store.all_jobs()}
+            rows = {j.id: j for j in await all_jobs(store)}
         finally:
             workers.stop_all()
             await store.close()

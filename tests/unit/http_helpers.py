@@ -57,7 +57,7 @@ class World:
         return done.job_id
 
     async def job(self, job_id: str) -> Job:
-        row = await self.store.get_job(job_id)
+        row = await self.store.admin.get_job(job_id)
         assert row is not None
         return row
 
@@ -70,7 +70,7 @@ class World:
         outcome = job_outcomes.decide_outcome(
             await self.job(job_id), RunResult(Result.DEAD_NOW, "boom"), policy, self.stamp()
         )
-        assert (await self.store.apply([outcome.change])) == [True]
+        assert (await self.store.writes.apply([outcome.change])) == [True]
         return job_id
 
     async def running(self, target: str = "report:build", **kw: Any) -> str:
@@ -83,7 +83,7 @@ class World:
             exclusive=False,
             stamp=self.stamp(),
         )
-        assert (await self.store.apply([change])) == [True]
+        assert (await self.store.writes.apply([change])) == [True]
         return job_id
 
     async def inflight(self, target: str = "kafka:orders", **kw: Any) -> str:
@@ -91,7 +91,7 @@ class World:
         change = job_commands.dispatch(
             await self.job(job_id), token="f" * 32, pod="pod-1", stamp=self.stamp()
         )
-        assert (await self.store.apply([change])) == [True]
+        assert (await self.store.writes.apply([change])) == [True]
         return job_id
 
 

@@ -17,13 +17,14 @@ from jobledger.projections import depth
 from jobledger.projections.stats import StatsProjection, catch_up_stats, hour_of, minute_of
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.port import Store
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
+from tests.stores import all_jobs
 from tests.unit.http_helpers import ADMIN, ADMIN_KEY, VIEWER, client, world
 from tests.unit.test_http_page import login
 
 
 async def depth_now(store: Store) -> dict[str, list[int]]:
-    counts = Counter((j.target, j.status.value) for j in await store.all_jobs())
+    counts = Counter((j.target, j.status.value) for j in await all_jobs(store))
     return {
         target: [counts[(target, s)] for s in depth.STATUSES] for target in {t for t, _ in counts}
     }
@@ -51,7 +52,7 @@ async def test_depth_samples_equal_the_read_model_at_each_minute(
     hours = state["depth"]["hours"]
     assert hours[hour_of(clock.now())] == samples[max(samples)]
     # the same samples whether folded in pages (with look-ups) or in one go
-    events = await store.read_log(0, limit=100_000)
+    events = await store.log.read_log(0, limit=100_000)
     projection = StatsProjection()
     assert projection.apply_page(projection.initial(), events, {})["depth"] == state["depth"]
 
@@ -165,15 +166,21 @@ async def test_dashboard_route_and_page(clock: FakeClock) -> None:
 
 async def test_pods_live_and_their_partitions(store: Store, clock: FakeClock) -> None:
     now = clock.now()
-    await store.seed_partitions(8)
-    await store.heartbeat("pod-a", now)
-    await store.heartbeat("pod-b", now - timedelta(seconds=90))  # stopped beating
-    await store.heartbeat("pod-c", now - timedelta(seconds=5))
+    await store.coordination.seed_partitions(8)
+    await store.coordination.heartbeat("pod-a", now)
+    await store.coordination.heartbeat("pod-b", now - timedelta(seconds=90))  # stopped beating
+    await store.coordination.heartbeat("pod-c", now - timedelta(seconds=5))
     for partition in range(5):
-        assert await store.take_partition(partition, "pod-a", now, now + timedelta(seconds=30))
+        assert await store.coordination.take_partition(
+            partition, "pod-a", now, now + timedelta(seconds=30)
+        )
     for partition in (5, 6):
-        assert await store.take_partition(partition, "pod-b", now, now + timedelta(seconds=10))
-    assert await store.take_partition(7, "pod-c", now - timedelta(minutes=5), now)  # expired
+        assert await store.coordination.take_partition(
+            partition, "pod-b", now, now + timedelta(seconds=10)
+        )
+    assert await store.coordination.take_partition(
+        7, "pod-c", now - timedelta(minutes=5), now
+    )  # expired
     found = await pods(store, now, live_s=30)
     assert found == {
         "live_s": 30,

@@ -16,7 +16,7 @@ from jobledger.domain.timeutil import iso
 from jobledger.projections.audit import export_log
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.sqlite import SqliteStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 
 @pytest.fixture
@@ -35,18 +35,20 @@ async def test_everything_in_log_order_as_event_to_json(filled: MemoryStore) -> 
     out = io.StringIO()
     report = await export_log(filled, out, page=5)
     rows = _lines(out.getvalue())
-    assert rows == [e.to_json() for e in filled.log]
-    assert [r["position"] for r in rows] == list(range(1, len(filled.log) + 1))
-    assert report.events == len(filled.log) and report.last_position == len(filled.log)
+    assert rows == [e.to_json() for e in filled.tables.events]
+    assert [r["position"] for r in rows] == list(range(1, len(filled.tables.events) + 1))
+    assert report.events == len(filled.tables.events) and report.last_position == len(
+        filled.tables.events
+    )
 
 
 async def test_since_is_inclusive_and_until_exclusive(filled: MemoryStore) -> None:
-    times = sorted({e.at for e in filled.log})
+    times = sorted({e.at for e in filled.tables.events})
     since, until = times[2], times[5]
     out = io.StringIO()
     await export_log(filled, out, since=since, until=until)
     rows = _lines(out.getvalue())
-    expected = [e.to_json() for e in filled.log if since <= e.at < until]
+    expected = [e.to_json() for e in filled.tables.events if since <= e.at < until]
     assert rows == expected and rows
     assert {r["at"] for r in rows} == {iso(t) for t in times[2:5]}
 
@@ -65,7 +67,7 @@ async def test_incremental_exports_add_up_to_one_export(
     await export_log(filled, whole)
     assert first.getvalue() + second.getvalue() == whole.getvalue()
     nothing = io.StringIO()
-    assert (await export_log(filled, nothing, after_position=len(filled.log))).events == 0
+    assert (await export_log(filled, nothing, after_position=len(filled.tables.events))).events == 0
 
 
 async def test_the_export_command_writes_a_file(
@@ -77,7 +79,7 @@ async def test_the_export_command_writes_a_file(
     try:
         start = clock.now()
         await generate(store, clock, jobs_count=16)
-        events = await store.read_log(0, limit=10_000)
+        events = await store.log.read_log(0, limit=10_000)
     finally:
         await store.close()
     since, until = start + timedelta(minutes=2), start + timedelta(minutes=4)

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 
 from jobledger.domain import job_commands
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
-from jobledger.storage.feed import MAX_HINTED_JOBS, LocalFeed, merge
-from jobledger.storage.port import EVERYTHING, Wake
+from jobledger.storage.feed import EVERYTHING, MAX_HINTED_JOBS, LocalFeed, Wake, merge
 
 AT = datetime(2026, 12, 2, tzinfo=UTC)
 

@@ -11,7 +11,21 @@ from jobledger.domain.jobs import Change, NewJob
 from jobledger.engine import Engine
 from jobledger.reactors.commit import GroupCommitter
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.writes import MemoryWrites
 from jobledger.storage.port import LeaseGuard
+from tests.stores import all_jobs
+
+
+class CountingWrites(MemoryWrites):
+    """The memory store's writes, noting the size of every `apply`."""
+
+    sizes: list[int]
+
+    async def apply(
+        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
+    ) -> list[bool]:
+        self.sizes.append(len(changes))
+        return await super().apply(changes, guard=guard)
 
 
 class CountingStore(MemoryStore):
@@ -19,13 +33,9 @@ class CountingStore(MemoryStore):
 
     def __init__(self) -> None:
         super().__init__()
+        self.writes = CountingWrites(self.tables, self.writes.wakes)
         self.sizes: list[int] = []
-
-    async def apply(
-        self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
-    ) -> list[bool]:
-        self.sizes.append(len(changes))
-        return await super().apply(changes, guard=guard)
+        self.writes.sizes = self.sizes
 
 
 def new_jobs(engine: Engine, count: int, prefix: str) -> list[Change]:
@@ -48,5 +58,5 @@ async def test_calls_share_commits_up_to_the_size_never_split() -> None:
     # the 1,500 alone, then the 10
     assert store.sizes == [800, 400, 1500, 10]
     assert committer.commits == 4
-    assert len(await store.all_jobs()) == 2710
+    assert len(await all_jobs(store)) == 2710
     await store.close()

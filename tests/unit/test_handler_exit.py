@@ -48,11 +48,11 @@ async def test_sys_exit_in_a_handler_is_a_failed_run(lane: str, plain: bool) -> 
         (bad,) = await enqueue(engine, "x:exit", [{"key": "a", "payload": 1}])
 
         async def failed() -> bool:
-            row = await store.get_job(bad)
+            row = await store.admin.get_job(bad)
             return row is not None and row.attempts == 1 and row.status == JobStatus.PENDING
 
         await until(failed)
-        row = await store.get_job(bad)
+        row = await store.admin.get_job(bad)
         assert row is not None and row.last_error is not None and "sys.exit(3)" in row.last_error
         (good,) = await enqueue(engine, "x:fine", [{"key": "b", "payload": 2}])
         await until(lambda: delivered == [good])  # the pod still delivers

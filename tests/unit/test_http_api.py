@@ -13,6 +13,7 @@ from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import EventType
 from jobledger.domain.timeutil import iso
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.admin import MemoryAdmin
 from tests.stores import make_store
 from tests.unit.http_helpers import ADMIN, VIEWER, World, client, world
 
@@ -122,7 +123,7 @@ async def test_retry_dead_job(w: World) -> None:
     assert row["closed_at"] is None and row["claim_token"] is None and "payload" not in row
     assert response.headers["x-trace-id"] == trace
     assert (await w.job(job_id)).status == jobs.JobStatus.PENDING
-    last = (await w.store.read_stream(jobs.job_stream(job_id)))[-1]
+    last = (await w.store.log.read_stream(jobs.job_stream(job_id)))[-1]
     assert last.type == EventType.JOB_RETRIED
     assert last.actor is not None and last.actor.to_json() == {
         "id": "alice",
@@ -157,10 +158,10 @@ async def test_skip_dead_job(w: World) -> None:
         response = await http.post(f"/api/v1/jobs/{job_id}/skip", headers=ADMIN)
         assert response.status_code == 200
         assert response.json() == {"_id": job_id, "skipped": True}
-        assert await w.store.get_job(job_id) is None
+        assert await w.store.admin.get_job(job_id) is None
         again = await http.post(f"/api/v1/jobs/{job_id}/skip", headers=ADMIN)
         assert_error(again, 404, "not_found")
-    last = (await w.store.read_stream(jobs.job_stream(job_id)))[-1]
+    last = (await w.store.log.read_stream(jobs.job_stream(job_id)))[-1]
     assert last.type == EventType.JOB_SKIPPED and last.data == {"reason": "admin"}
     assert last.actor is not None and last.actor.id == "alice"
 
@@ -177,10 +178,27 @@ async def test_cancel_pending_only(w: World) -> None:
         for job_id in (running, inflight, dead):
             response = await http.post(f"/api/v1/jobs/{job_id}/cancel", headers=ADMIN)
             assert_error(response, 409, "invalid_status")
-    assert await w.store.get_job(pending) is None
-    last = (await w.store.read_stream(jobs.job_stream(pending)))[-1]
+    assert await w.store.admin.get_job(pending) is None
+    last = (await w.store.log.read_stream(jobs.job_stream(pending)))[-1]
     assert last.type == EventType.JOB_CANCELLED and last.actor is not None
     assert last.actor.via == "http"
+
+
+class RacingAdmin(MemoryAdmin):
+    """Admin reads where another admin retries the row right after we read it."""
+
+    def __init__(self, store: RacingStore) -> None:
+        super().__init__(store.tables)
+        self.store = store
+
+    async def get_job(self, job_id: str) -> jobs.Job | None:
+        row = await super().get_job(job_id)
+        store = self.store
+        if store.race and row is not None:
+            store.race = False
+            competing = job_commands.retry(row, jobs.Stamp(store.clock.now()))
+            assert await store.writes.apply([competing]) == [True]
+        return row
 
 
 class RacingStore(MemoryStore):
@@ -190,14 +208,7 @@ class RacingStore(MemoryStore):
         super().__init__()
         self.clock = clock
         self.race = False
-
-    async def get_job(self, job_id: str) -> jobs.Job | None:
-        row = await super().get_job(job_id)
-        if self.race and row is not None:
-            self.race = False
-            competing = job_commands.retry(row, jobs.Stamp(self.clock.now()))
-            assert await self.apply([competing]) == [True]
-        return row
+        self.admin = RacingAdmin(self)
 
 
 async def test_lost_race_is_409(clock: FakeClock) -> None:
@@ -210,7 +221,7 @@ async def test_lost_race_is_409(clock: FakeClock) -> None:
         assert_error(response, 409, "invalid_status")
         assert "changed meanwhile" in response.json()["message"][0]
         # exactly one JobRetried: the competing one
-        stream = await store.read_stream(jobs.job_stream(job_id))
+        stream = await store.log.read_stream(jobs.job_stream(job_id))
         assert [e.type for e in stream].count(EventType.JOB_RETRIED) == 1
 
 
@@ -266,7 +277,7 @@ async def test_schedule_enable_disable_override(w: World) -> None:
         assert put.json()["next_run_at"].endswith("03:30:00.000Z")
         cleared = await http.delete("/api/v1/schedules/nightly_report/cron_override", headers=ADMIN)
         assert cleared.status_code == 200 and cleared.json()["cron_override"] is None
-    stream = await w.store.read_stream("schedule:nightly_report")
+    stream = await w.store.log.read_stream("schedule:nightly_report")
     admin_events = [e for e in stream if e.actor is not None and e.actor.via == "http"]
     assert [e.type for e in admin_events] == [
         EventType.SCHEDULE_DISABLED,
@@ -366,7 +377,7 @@ async def test_viewer_reads_but_gets_403_on_every_write(w: World) -> None:
             response = await http.get(path.format(id=job_id), headers=VIEWER)
             assert response.status_code == 200, (path, response.text)
     assert (await w.job(job_id)).status == jobs.JobStatus.DEAD
-    row = await w.store.get_schedule("nightly_report")
+    row = await w.store.admin.get_schedule("nightly_report")
     assert row is not None and row.enabled and row.cron_override is None
 
 
@@ -377,7 +388,7 @@ async def test_events_feed_pages_by_position(w: World) -> None:
     for _ in range(3):
         await w.enqueue()
     async with client(w.app) as http:
-        total = len(w.store.log) if isinstance(w.store, MemoryStore) else None
+        total = len(w.store.tables.events) if isinstance(w.store, MemoryStore) else None
         first = (await http.get("/api/v1/events", params={"limit": 2}, headers=VIEWER)).json()
         assert len(first["data"]) == 2 and first["after"] == 0 and first["limit"] == 2
         positions = [e["position"] for e in first["data"]]
@@ -437,14 +448,22 @@ async def test_health_and_readiness_need_no_key(w: World) -> None:
         assert ready.status_code == 200 and ready.json()["status"] == "ready"
 
 
-class BrokenStore(MemoryStore):
-    """A store whose reads fail, as a database that went away."""
+class BrokenAdmin(MemoryAdmin):
+    """Admin reads that fail, as a database that went away."""
 
     async def list_jobs(self, flt: Any, *, offset: int, limit: int) -> Any:
         raise RuntimeError("connection to db-7.internal:5432 lost; password=hunter2")
 
     async def get_job(self, job_id: str) -> Any:
         raise OSError("connection refused")
+
+
+class BrokenStore(MemoryStore):
+    """A store whose reads fail, as a database that went away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.admin = BrokenAdmin(self.tables)
 
 
 async def test_unexpected_error_is_500_without_details(clock: FakeClock) -> None:

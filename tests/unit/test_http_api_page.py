@@ -101,7 +101,7 @@ async def test_viewer_is_told_why_actions_are_absent(w: World) -> None:
 async def test_no_stale_next_run(w: World) -> None:
     dead = await w.dead()
     await w.scheduler.disable("cleanup", None)
-    disabled = await w.store.get_schedule("cleanup")
+    disabled = await w.store.admin.get_schedule("cleanup")
     assert disabled is not None and disabled.next_run_at is not None  # the row keeps it
     async with client(w.app) as http:
         await login(http, ADMIN_KEY)

@@ -88,8 +88,8 @@ async def test_admin_retries_and_cancels_from_the_page(w: World) -> None:
         assert detail.status_code == 200 and "CANCELLED" in detail.text
         assert "JobCancelled" in detail.text
     assert (await w.job(dead)).status == jobs.JobStatus.PENDING
-    assert await w.store.get_job(pending) is None
-    stream = await w.store.read_stream(jobs.job_stream(dead))
+    assert await w.store.admin.get_job(pending) is None
+    stream = await w.store.log.read_stream(jobs.job_stream(dead))
     assert stream[-1].type == EventType.JOB_RETRIED
     assert stream[-1].actor is not None and stream[-1].actor.to_json() == {
         "id": "alice",
@@ -141,8 +141,8 @@ async def test_schedule_commands_from_the_page(w: World) -> None:
         assert "invalid cron" in (await http.get("/admin/schedules")).text
         await http.post("/admin/schedules/missing/enable", data={"csrf": csrf})
         assert "not found" in (await http.get("/admin/schedules")).text
-    cleanup = await w.store.get_schedule("cleanup")
-    nightly = await w.store.get_schedule("nightly_report")
+    cleanup = await w.store.admin.get_schedule("cleanup")
+    nightly = await w.store.admin.get_schedule("nightly_report")
     assert cleanup is not None and not cleanup.enabled
     assert nightly is not None and nightly.cron_override == "5 5 * * *"
 
@@ -215,7 +215,7 @@ async def test_finished_jobs_and_find(w: World) -> None:
         job_outcomes.OutcomePolicy(jobs.DeliveryMode.AT_MOST_ONCE, 6, (1, 2)),
         w.stamp(),
     ).change
-    assert await w.store.apply([change]) == [True]
+    assert await w.store.writes.apply([change]) == [True]
     still_open = await w.enqueue(key="b", dedupe_key="order-8:mail")
     async with client(w.app) as http:
         await login(http, ADMIN_KEY)

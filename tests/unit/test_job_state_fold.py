@@ -12,7 +12,7 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import Job, JobState, apply, apply_state
 from jobledger.storage.memory import MemoryStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 
 def _outcome(fold: Any, row: Any, event: Event) -> tuple[str, Any]:
@@ -30,7 +30,7 @@ async def test_every_transition_of_the_workload_folds_alike(clock: FakeClock) ->
     store = MemoryStore()
     await generate(store, clock, jobs_count=64)
     streams: dict[str, list[Event]] = defaultdict(list)
-    for event in store.log:
+    for event in store.tables.events:
         streams[event.stream].append(event)
     kinds: set[str] = set()
     for events in streams.values():
@@ -60,8 +60,8 @@ async def test_every_transition_of_the_workload_folds_alike(clock: FakeClock) ->
 async def test_a_refused_event_raises_alike_and_leaves_the_state(clock: FakeClock) -> None:
     store = MemoryStore()
     await generate(store, clock, jobs_count=8)
-    enqueued = next(e for e in store.log if e.type == EventType.JOB_ENQUEUED)
-    dead = next(e for e in store.log if e.type == EventType.JOB_DEAD)
+    enqueued = next(e for e in store.tables.events if e.type == EventType.JOB_ENQUEUED)
+    dead = next(e for e in store.tables.events if e.type == EventType.JOB_DEAD)
     row = apply(None, enqueued)
     assert row is not None
     cases: list[tuple[Job | None, Event]] = [
@@ -89,7 +89,7 @@ def vars_of(job: Job) -> dict[str, Any]:
 async def test_after_the_row_left_a_redelivery_keeps_it_closed(clock: FakeClock) -> None:
     store = MemoryStore()
     await generate(store, clock, jobs_count=8)
-    left = next(e for e in store.log if e.type == EventType.JOB_SUCCEEDED)
+    left = next(e for e in store.tables.events if e.type == EventType.JOB_SUCCEEDED)
     redelivered = replace(left, type=EventType.JOB_REDELIVERED, version=left.version + 1)
     assert apply(None, redelivered) is None and apply_state(None, redelivered) is None
     again = replace(left, version=left.version + 2)  # succeeded once more: refused alike

@@ -154,13 +154,13 @@ async def test_run_in_transaction_reruns_when_the_commit_meets_a_conflict(
 async def test_a_conflict_leaving_store_transaction_says_to_use_run_in_transaction(
     store: MongoStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`async with store.transaction()` (what `app.transaction()` opens) cannot run its
+    """`async with store.writes.transaction()` (what `app.transaction()` opens) cannot run its
     block again: the error reaches the caller, aborted, its label kept, with one line
     naming the callback form."""
     session = FakeSession()
     on_session(monkeypatch, store, session)
     with pytest.raises(OperationFailure) as raised:
-        async with store.transaction():
+        async with store.writes.transaction():
             raise write_conflict()
     assert raised.value.has_error_label("TransientTransactionError")
     notes = getattr(raised.value, "__notes__", [])
@@ -171,7 +171,7 @@ async def test_a_conflict_leaving_store_transaction_says_to_use_run_in_transacti
     failing_commit = FakeSession(commit_errors=[write_conflict()])
     on_session(monkeypatch, store, failing_commit)
     with pytest.raises(OperationFailure) as at_commit:
-        async with store.transaction():
+        async with store.writes.transaction():
             pass
     assert getattr(at_commit.value, "__notes__", []) == [transactions.CONFLICT_NOTE]
 
@@ -181,12 +181,12 @@ async def test_other_errors_leave_store_transaction_without_a_note(
 ) -> None:
     on_session(monkeypatch, store, FakeSession())
     with pytest.raises(ValueError) as raised:
-        async with store.transaction():
+        async with store.writes.transaction():
             raise ValueError("the business code's own error")
     assert not getattr(raised.value, "__notes__", [])
     duplicate = OperationFailure("E11000 duplicate key", code=11000, details={"code": 11000})
     with pytest.raises(OperationFailure) as not_transient:
-        async with store.transaction():
+        async with store.writes.transaction():
             raise duplicate
     assert not getattr(not_transient.value, "__notes__", [])
 

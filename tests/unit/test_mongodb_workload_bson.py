@@ -1,6 +1,6 @@
 """Every document the MongoDB adapter would write for a real workload, through BSON.
 
-The audit workload (tests/contract/test_replay_workload.py: every kind of job
+The audit workload (tests/contract/projections/test_replay_workload.py: every kind of job
 transition, fast and long lanes, retries, DEAD, skips, take-overs, reclaims) and a
 schedule's life run on the memory store, which records each `Change` the engine hands
 to a store. Each change is then written the way the MongoDB adapter writes it: its
@@ -26,22 +26,21 @@ from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
 from jobledger.domain.schedule_spec import ScheduleSpec
 from jobledger.projections.stats import STATS, catch_up_stats
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.writes import MemoryWrites
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb.codec import CODEC
 from jobledger.storage.port import LeaseGuard
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 
 def _bson(doc: Any) -> Any:
     return bson.decode(bson.encode({"v": doc}), codec_options=CODEC)["v"]
 
 
-class RecordingStore(MemoryStore):
-    """The memory store, keeping every change it was asked to write, in order."""
+class RecordingWrites(MemoryWrites):
+    """The memory store's writes, keeping every change they were asked to write."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.changes: list[Change] = []
+    changes: list[Change]
 
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
         self.changes.extend(changes)
@@ -52,6 +51,16 @@ class RecordingStore(MemoryStore):
     ) -> list[bool]:
         self.changes.extend(changes)
         return await super().apply(changes, guard=guard)
+
+
+class RecordingStore(MemoryStore):
+    """The memory store, keeping every change it was asked to write, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = RecordingWrites(self.tables, self.writes.wakes)
+        self.changes: list[Change] = []
+        self.writes.changes = self.changes
 
 
 class BsonCollections:
@@ -134,7 +143,7 @@ async def test_the_stats_checkpoint_of_a_workload_comes_back_as_saved() -> None:
     clock = FakeClock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
     await generate(store, clock, jobs_count=16)
     await catch_up_stats(store)
-    position, state = await store.load_checkpoint(STATS)
+    position, state = await store.projections.load_checkpoint(STATS)
     assert state["open"] and state["hours"]
     update = b.checkpoint_update(position, state)
     stored = _bson({"_id": STATS, **update["$set"]})

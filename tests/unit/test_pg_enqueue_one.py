@@ -12,7 +12,7 @@ import pytest
 from jobledger.domain import job_commands
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import JOB_FIELDS, Change, JobStatus, Lane, NewJob, Stamp
-from jobledger.storage.postgres import encode, enqueue_statements, statements
+from jobledger.storage.postgres import encode, sql
 from jobledger.storage.postgres.listen import parse_wake
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -32,14 +32,14 @@ def opening(**spec: object) -> Change:
 
 
 def test_every_column_of_a_new_row_is_sent_read_from_the_event_or_left_out() -> None:
-    sent = set(enqueue_statements.ONE_JOB_FIELDS)
-    from_event = {c for c, _ in enqueue_statements.ROW_FROM_EVENT}
+    sent = set(sql.ONE_JOB_FIELDS)
+    from_event = {c for c, _ in sql.ROW_FROM_EVENT}
     left_out = set(encode.NEW_ROW)
     assert not sent & from_event and not sent & left_out and not from_event & left_out
     assert sent | from_event | left_out == {*JOB_FIELDS, "order_key"}
     # opens_one compares them in this order with the event's dedupe key, time (twice),
     # version, hash, trace id and actor
-    assert [c for c, _ in enqueue_statements.ROW_FROM_EVENT] == [
+    assert [c for c, _ in sql.ROW_FROM_EVENT] == [
         "dedupe_key",
         "created_at",
         "updated_at",
@@ -48,12 +48,12 @@ def test_every_column_of_a_new_row_is_sent_read_from_the_event_or_left_out() -> 
         "trace_id",
         "actor",
     ]
-    built = statements.build("s")
+    built = sql.build("s")
     params = encode.one_params(opening(payload={"n": 1}, key="k"))
-    for sql in (built.enqueue_one.decode(), built.enqueue_one_dedupe.decode()):
-        assert sql.count("%s") == len(params)
+    for text in (built.enqueue_one.decode(), built.enqueue_one_dedupe.decode()):
+        assert text.count("%s") == len(params)
     # the fixed columns of a stream's first event are constants, the rest are sent
-    assert set(enqueue_statements.ONE_EVENT_FIELDS) == {
+    assert set(sql.ONE_EVENT_FIELDS) == {
         "stream",
         "data",
         "at",
@@ -65,7 +65,7 @@ def test_every_column_of_a_new_row_is_sent_read_from_the_event_or_left_out() -> 
 
 
 def test_only_a_callers_dedupe_key_can_collide_so_only_it_gets_on_conflict() -> None:
-    built = statements.build("s")
+    built = sql.build("s")
     assert "ON CONFLICT" not in built.enqueue_one.decode()
     assert "ON CONFLICT DO NOTHING" in built.enqueue_one_dedupe.decode()
     own = opening(payload=None)
@@ -96,10 +96,10 @@ def test_the_hint_carries_the_row_and_the_parameters_the_row(spec: dict[str, obj
     assert encode.opens_one(change)
     params = encode.one_params(change)
     assert parse_wake(params[-1]).jobs == (change.row,)
-    sent = len(enqueue_statements.ONE_EVENT_FIELDS)
-    event = dict(zip(enqueue_statements.ONE_EVENT_FIELDS, params[:sent], strict=True))
+    sent = len(sql.ONE_EVENT_FIELDS)
+    event = dict(zip(sql.ONE_EVENT_FIELDS, params[:sent], strict=True))
     assert (event["stream"], event["hash"]) == (change.stream, change.events[0].hash)
-    job = dict(zip(enqueue_statements.ONE_JOB_FIELDS, params[sent:-1], strict=True))
+    job = dict(zip(sql.ONE_JOB_FIELDS, params[sent:-1], strict=True))
     row = change.row
     assert (job["id"], job["code"], job["lane"], job["key"]) == (row.id, "code-1", "fast", row.key)
     assert job["next_run_at"] == row.next_run_at and job["order_key"] == row.order_key.encode()

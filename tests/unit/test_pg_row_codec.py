@@ -15,7 +15,7 @@ from jobledger.domain.job_commands import enqueued
 from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
 from jobledger.storage import jsontext
 from jobledger.storage.postgres import encode
-from jobledger.storage.postgres.sql_parts import JOB_COLUMNS, JOB_SELECT
+from jobledger.storage.postgres.sql import JOB_COLUMNS, JOB_SELECT
 from jobledger.storage.rows import (
     JOB_FIELDS,
     dedupe_key_of,

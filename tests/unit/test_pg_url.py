@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobledger.domain.errors import ConfigError
-from jobledger.storage.pg_url import split_schema, store_schema
+from jobledger.storage.postgres.url import split_schema, store_schema
 
 BASE = "postgresql://app:secret@db:5432/shop"
 

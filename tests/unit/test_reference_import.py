@@ -176,10 +176,10 @@ async def test_import_is_idempotent_on_a_store() -> None:
             )
         ).changes
     )
-    assert await store.apply(changes) == [True, True]
+    assert await store.writes.apply(changes) == [True, True]
     again = list(changes_from_reference_job(_doc()).changes)
-    assert await store.apply(again) == [False]
-    assert len(store.jobs) == 2 and len(store.log) == 3
+    assert await store.writes.apply(again) == [False]
+    assert len(store.tables.jobs) == 2 and len(store.tables.events) == 3
 
 
 def test_an_empty_key_is_imported_as_no_key() -> None:
@@ -338,7 +338,7 @@ async def test_rows_that_cannot_be_imported_are_reported_and_the_rest_imported()
     assert lines[2].startswith("row 6632f1a0c2b5e4a1d3f09b03: ") and "U+0000" in lines[2]
     assert lines[3].startswith("row 6632f1a0c2b5e4a1d3f09b04: ") and "600 bytes" in lines[3]
     assert CLEAR not in piped.getvalue()  # no bar when piped
-    payloads = sorted(str(job.payload) for job in store.jobs.values())
+    payloads = sorted(str(job.payload) for job in store.tables.jobs.values())
     assert payloads == sorted(
         [str({"event_id": "e-1", "status": "DELIVERED"}), str({"at": "6632f1a0c2b5e4a1d3f09a77"})]
     )

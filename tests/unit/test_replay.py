@@ -14,7 +14,7 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain.events import EventType, new_event
 from jobledger.projections.replay import EXTRA, FIELD, MISSING, Difference, compare_rows, replay
 from jobledger.storage.memory import MemoryStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 
 async def test_an_event_the_fold_rejects_is_a_problem_and_blocks_apply(clock: FakeClock) -> None:
@@ -30,18 +30,18 @@ async def test_an_event_the_fold_rejects_is_a_problem_and_blocks_apply(clock: Fa
         trace_id=None,
         prev_hash="",
     )
-    store.log.append(replace(stray, position=len(store.log) + 1))
-    victim = next(iter(store.jobs.values()))
-    store.jobs[victim.id] = replace(victim, attempts=7)
+    store.tables.events.append(replace(stray, position=len(store.tables.events) + 1))
+    victim = next(iter(store.tables.jobs.values()))
+    store.tables.jobs[victim.id] = replace(victim, attempts=7)
 
     report = await replay(store, apply=True)
     assert report.problems == [
-        f"job:{'e' * 32} v1 JobSucceeded (position {len(store.log)}):"
+        f"job:{'e' * 32} v1 JobSucceeded (position {len(store.tables.events)}):"
         f" cannot fold: job:{'e' * 32} v1: JobSucceeded before JobEnqueued"
     ]
     assert [d.field for d in report.differences] == ["attempts"]
     assert not report.applied and not report.ok
-    assert store.jobs[victim.id].attempts == 7  # nothing swapped over a broken log
+    assert store.tables.jobs[victim.id].attempts == 7  # nothing swapped over a broken log
     assert report.lines()[-1] == "1 differences, 1 log problems"
 
 
@@ -69,17 +69,17 @@ async def test_a_stream_whose_positions_run_against_its_versions(clock: FakeCloc
     the log in position order, so it refuses a log edited that way, and says why."""
     store = MemoryStore()
     await generate(store, clock, jobs_count=8)
-    at = next(i for i, e in enumerate(store.log) if e.type == EventType.JOB_DISPATCHED)
-    dispatched = store.log[at]
-    first = next(i for i, e in enumerate(store.log) if e.stream == dispatched.stream)
-    enqueued = store.log[first]  # v1, earlier in the log: swap the two events' places
-    store.log[first] = replace(dispatched, position=enqueued.position)
-    store.log[at] = replace(enqueued, position=dispatched.position)
-    victim = next(iter(store.jobs.values()))
-    store.jobs[victim.id] = replace(victim, attempts=7)
+    at = next(i for i, e in enumerate(store.tables.events) if e.type == EventType.JOB_DISPATCHED)
+    dispatched = store.tables.events[at]
+    first = next(i for i, e in enumerate(store.tables.events) if e.stream == dispatched.stream)
+    enqueued = store.tables.events[first]  # v1, earlier in the log: swap the two events' places
+    store.tables.events[first] = replace(dispatched, position=enqueued.position)
+    store.tables.events[at] = replace(enqueued, position=dispatched.position)
+    victim = next(iter(store.tables.jobs.values()))
+    store.tables.jobs[victim.id] = replace(victim, attempts=7)
 
     report = await replay(store)
     assert report.problems == [] and [d.field for d in report.differences] == ["attempts"]
     applied = await replay(store, apply=True)
-    assert not applied.applied and store.jobs[victim.id].attempts == 7
+    assert not applied.applied and store.tables.jobs[victim.id].attempts == 7
     assert applied.problems and "before JobEnqueued" in applied.problems[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 from jobledger.core.clock import FakeClock
 from jobledger.projections.replay import rebuild, replay
 from jobledger.storage.sqlite import SqliteStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 PAGE = 100
 ALLOWANCE = 512 * 1024  # bytes: what the streamed replay's peak may move by

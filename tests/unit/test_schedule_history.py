@@ -27,7 +27,7 @@ async def w(store: Store, clock: FakeClock) -> AsyncIterator[World]:
 
 
 async def _slot_jobs(w: World) -> list[Any]:
-    rows, _ = await w.store.list_jobs(
+    rows, _ = await w.store.admin.list_jobs(
         JobFilter(target=schedule_target("cleanup")), offset=0, limit=100
     )
     return sorted(rows, key=lambda j: j.payload["slot"])
@@ -47,7 +47,7 @@ async def _story(w: World) -> None:
     outcome = job_outcomes.decide_outcome(
         newest, RunResult(Result.DEAD_NOW, "disk full"), policy, w.stamp()
     )
-    assert await w.store.apply([outcome.change]) == [True]
+    assert await w.store.writes.apply([outcome.change]) == [True]
     async with client(w.app) as http:
         assert (
             await http.post("/api/v1/schedules/cleanup/disable", headers=ADMIN)
@@ -95,7 +95,7 @@ async def test_history_pages_back_through_the_stream(w: World) -> None:
             before = body["next"]
             if before is None:
                 break
-    row = await w.store.get_schedule("cleanup")
+    row = await w.store.admin.get_schedule("cleanup")
     assert row is not None and sorted(seen) == list(range(1, row.stream_version + 1))
     # v2 is the 09:10 slot's enqueue, its ScheduleSlotRan is v3: in a page that stops
     # before v3 the slot is settled from its job (run_slot was called without the lane,

@@ -1,9 +1,9 @@
 """A viewer's dedupe-key lookup on SQLite takes no write lock.
 
-`/api/v1/finished?dedupe_key=` and `/admin/find?q=` used to open `store.transaction()`,
+`/api/v1/finished?dedupe_key=` and `/admin/find?q=` used to open `store.writes.transaction()`,
 which on SQLite is `BEGIN IMMEDIATE`: while any other connection held the write lock
 (a worker's commit, a business transaction) the GET waited for the busy timeout and
-answered 500 after about 10 s (found by the review helper). `Store.dedupe_holder`
+answered 500 after about 10 s (found by the review helper). `AdminReads.dedupe_holder`
 reads on the reader connection instead.
 """
 
@@ -32,7 +32,7 @@ async def test_the_lookup_answers_while_another_connection_holds_the_write_lock(
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # a writer somewhere else holds the lock
         try:
-            found = await asyncio.wait_for(store.dedupe_holder("order-1"), 3)
+            found = await asyncio.wait_for(store.admin.dedupe_holder("order-1"), 3)
         finally:
             other.execute("ROLLBACK")
             other.close()

@@ -49,12 +49,12 @@ async def _apply_batch(engine: Engine, clock: FakeClock, error: str) -> None:
     done, dead, marked = [await enqueue(engine, FAST, key=f"k{i}") for i in range(3)]
     changes = [succeed(done, clock), _with_error(kill(dead, clock), error), dispatch(marked, clock)]
     store = engine.store
-    assert await store.apply(changes) == [True, True, True]
-    assert await store.get_job(done.id) is None
-    assert await store.get_job(dead.id) == changes[1].row
-    assert await store.get_job(marked.id) == changes[2].row
+    assert await store.writes.apply(changes) == [True, True, True]
+    assert await store.admin.get_job(done.id) is None
+    assert await store.admin.get_job(dead.id) == changes[1].row
+    assert await store.admin.get_job(marked.id) == changes[2].row
     for job, change in zip((done, dead, marked), changes, strict=True):
-        log = await store.read_stream(f"job:{job.id}")
+        log = await store.log.read_stream(f"job:{job.id}")
         assert log[-len(change.events) :] == list(change.events)
         assert verify_chain(log) == []
 
@@ -76,9 +76,13 @@ async def test_a_batch_keeps_the_order_of_its_events_in_the_log(
 ) -> None:
     jobs = [await enqueue(engine, FAST, key=f"o{i}") for i in range(50)]
     changes = [succeed(job, clock) for job in jobs]
-    assert all(await engine.store.apply(changes))
-    after = max(e.position or 0 for e in await engine.store.read_stream(f"job:{jobs[0].id}")) - 1
-    logged = [e for e in await engine.store.read_log(after, limit=1000) if e.type == "JobSucceeded"]
+    assert all(await engine.store.writes.apply(changes))
+    after = (
+        max(e.position or 0 for e in await engine.store.log.read_stream(f"job:{jobs[0].id}")) - 1
+    )
+    logged = [
+        e for e in await engine.store.log.read_log(after, limit=1000) if e.type == "JobSucceeded"
+    ]
     assert [e.stream for e in logged] == [c.stream for c in changes]
 
 
@@ -116,10 +120,10 @@ async def test_a_page_read_as_json_gives_back_every_value_exactly(engine: Engine
     found = {
         job.id: job
         for partition in {j.partition for j in jobs}
-        for job in await store.fast_pending(partition, after_key=None, limit=100)
+        for job in await store.queue.fast_pending(partition, after_key=None, limit=100)
     }
     for job in jobs:
-        assert found[job.id] == job == await store.get_job(job.id)
+        assert found[job.id] == job == await store.admin.get_job(job.id)
     for partition in {j.partition for j in jobs}:
-        page = await store.fast_pending(partition, after_key=None, limit=100)
+        page = await store.queue.fast_pending(partition, after_key=None, limit=100)
         assert page == sorted(page, key=lambda j: (j.order_key, j.version, j.id))

@@ -21,6 +21,7 @@ from jobledger.storage.sqlite.schema import LATEST
 from jobledger.storage.urls import open_store
 from tests.builders import new_job
 from tests.contract.helpers import FAST, LONG, Subscriber, register_targets
+from tests.stores import all_jobs
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ async def test_migrations_are_versioned_and_idempotent(sqlite_store: SqliteStore
 async def test_durability_settings(sqlite_store: SqliteStore) -> None:
     with closing(_raw(sqlite_store)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    for conn in (sqlite_store._w.conn, sqlite_store._r.conn):
+    for conn in (sqlite_store.connections.w.conn, sqlite_store.connections.r.conn):
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
 
@@ -90,10 +91,10 @@ async def test_enqueue_on_the_callers_own_connection(
             first = await engine.enqueue(FAST, {"do": 1}, key="DO-1", dedupe_key="d", tx=conn)
             again = await engine.enqueue(FAST, {"do": 1}, key="DO-1", dedupe_key="d", tx=conn)
             conn.execute("INSERT INTO orders VALUES ('DO-2')")
-            assert await sqlite_store.all_jobs() == []  # not committed yet
+            assert await all_jobs(sqlite_store) == []  # not committed yet
             conn.commit()
         assert first.inserted and not again.inserted
-        assert [j.dedupe_key for j in await sqlite_store.all_jobs()] == ["d"]
+        assert [j.dedupe_key for j in await all_jobs(sqlite_store)] == ["d"]
         # committed on a connection the store does not own: the watcher reports it
         assert await sqlite_store.check_foreign_commits()
         wake = await sub.wake()
@@ -110,7 +111,7 @@ async def test_enqueue_alone_opens_the_implicit_transaction_it_would_open_for_an
         assert (await engine.enqueue(FAST, dedupe_key="d", tx=conn)).inserted
         assert conn.in_transaction
         conn.rollback()
-    assert await sqlite_store.all_jobs() == []
+    assert await all_jobs(sqlite_store) == []
 
 
 async def test_an_autocommit_connection_outside_a_transaction_is_refused(
@@ -118,23 +119,25 @@ async def test_an_autocommit_connection_outside_a_transaction_is_refused(
 ) -> None:
     with closing(_raw(sqlite_store, autocommit=True)) as conn, pytest.raises(InvalidArgument):
         await engine.enqueue(FAST, dedupe_key="d", tx=conn)
-    assert await sqlite_store.read_log(0, limit=10) == []
+    assert await sqlite_store.log.read_log(0, limit=10) == []
 
 
 async def test_a_losing_change_never_breaks_the_callers_transaction(
     sqlite_store: SqliteStore, engine: Engine, clock: FakeClock
 ) -> None:
     existing = new_job(clock, dedupe_key="first")
-    assert await sqlite_store.apply([existing]) == [True]
+    assert await sqlite_store.writes.apply([existing]) == [True]
     same_stream = new_job(clock, job_id=existing.stream.removeprefix("job:"), dedupe_key="other")
     with closing(_raw(sqlite_store)) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS orders (no TEXT)")
         conn.execute("INSERT INTO orders VALUES ('kept')")
-        flags = await sqlite_store.append_in(conn, [same_stream, new_job(clock, dedupe_key="ok")])
+        flags = await sqlite_store.writes.append_in(
+            conn, [same_stream, new_job(clock, dedupe_key="ok")]
+        )
         conn.commit()
         assert conn.execute("SELECT no FROM orders").fetchall() == [("kept",)]
     assert flags == [False, True]
-    assert sorted(j.dedupe_key for j in await sqlite_store.all_jobs()) == ["first", "ok"]
+    assert sorted(j.dedupe_key for j in await all_jobs(sqlite_store)) == ["first", "ok"]
 
 
 async def test_a_change_that_fails_mid_write_leaves_nothing_for_the_callers_commit(
@@ -151,25 +154,25 @@ async def test_a_change_that_fails_mid_write_leaves_nothing_for_the_callers_comm
         conn.execute("CREATE TABLE IF NOT EXISTS orders (no TEXT)")
         conn.execute("INSERT INTO orders VALUES ('kept')")
         with pytest.raises(OverflowError):
-            await sqlite_store.append_in(conn, [unwritable])
+            await sqlite_store.writes.append_in(conn, [unwritable])
         conn.commit()
         assert conn.execute("SELECT no FROM orders").fetchall() == [("kept",)]
-    assert await sqlite_store.read_log(0, limit=10) == []
-    assert await sqlite_store.all_jobs() == []
+    assert await sqlite_store.log.read_log(0, limit=10) == []
+    assert await all_jobs(sqlite_store) == []
 
 
 async def test_own_commits_do_not_look_foreign(
     sqlite_store: SqliteStore, engine: Engine, clock: FakeClock
 ) -> None:
-    assert await sqlite_store.apply([new_job(clock, dedupe_key="a")]) == [True]
+    assert await sqlite_store.writes.apply([new_job(clock, dedupe_key="a")]) == [True]
     async with engine.transaction() as tx:
         await engine.enqueue(LONG, dedupe_key="b", tx=tx)
-    await sqlite_store.heartbeat("pod", clock.now())
+    await sqlite_store.coordination.heartbeat("pod", clock.now())
     assert not await sqlite_store.check_foreign_commits()
     peer = SqliteStore(sqlite_store.path)
     await peer.open()
     try:
-        assert await peer.apply([new_job(clock, dedupe_key="c")]) == [True]
+        assert await peer.writes.apply([new_job(clock, dedupe_key="c")]) == [True]
     finally:
         await peer.close()
     assert await sqlite_store.check_foreign_commits()
@@ -179,14 +182,14 @@ async def test_own_commits_do_not_look_foreign(
 async def test_the_watcher_polls_only_while_the_feed_has_a_subscriber(
     sqlite_store: SqliteStore, clock: FakeClock
 ) -> None:
-    assert await sqlite_store.apply([new_job(clock, dedupe_key="a")]) == [True]
+    assert await sqlite_store.writes.apply([new_job(clock, dedupe_key="a")]) == [True]
     assert sqlite_store._watcher is None  # enqueue-only: nothing polls data_version
     sub = await Subscriber(sqlite_store).start()
     assert sqlite_store._watcher is not None and not sqlite_store._watcher.done()
     peer = SqliteStore(sqlite_store.path)
     await peer.open()
     try:
-        assert await peer.apply([new_job(clock, dedupe_key="b")]) == [True]
+        assert await peer.writes.apply([new_job(clock, dedupe_key="b")]) == [True]
     finally:
         await peer.close()
     assert await sqlite_store.check_foreign_commits()
@@ -198,9 +201,9 @@ async def test_the_watcher_polls_only_while_the_feed_has_a_subscriber(
 async def test_a_second_write_from_inside_the_open_transaction_fails_fast(
     sqlite_store: SqliteStore, clock: FakeClock
 ) -> None:
-    async with sqlite_store.transaction():
+    async with sqlite_store.writes.transaction():
         with pytest.raises(RuntimeError, match="wait for itself"):
-            await sqlite_store.apply([new_job(clock, dedupe_key="a")])
+            await sqlite_store.writes.apply([new_job(clock, dedupe_key="a")])
 
 
 async def test_lane_reads_use_their_partial_indexes(
@@ -210,17 +213,17 @@ async def test_lane_reads_use_their_partial_indexes(
     for i in range(20):
         change = new_job(clock, key=f"k{i}", dedupe_key=f"f{i}")
         long_change = new_job(clock, target=LONG, lane=Lane.LONG, dedupe_key=f"l{i}")
-        assert await sqlite_store.apply([change, long_change]) == [True, True]
+        assert await sqlite_store.writes.apply([change, long_change]) == [True, True]
     statements: list[str] = []
-    reader = sqlite_store._r.conn
+    reader = sqlite_store.connections.r.conn
     reader.set_trace_callback(statements.append)
     try:
-        await sqlite_store.fast_pending(3, after_key="k1", limit=10)
-        await sqlite_store.long_candidates(clock.now(), limit=10)
-        await sqlite_store.next_due([1, 2], Lane.FAST)
-        await sqlite_store.next_due([], Lane.LONG)
-        await sqlite_store.running_codes(clock.now())
-        await sqlite_store.inflight(3)
+        await sqlite_store.queue.fast_pending(3, after_key="k1", limit=10)
+        await sqlite_store.queue.long_candidates(clock.now(), limit=10)
+        await sqlite_store.queue.next_due([1, 2], Lane.FAST)
+        await sqlite_store.queue.next_due([], Lane.LONG)
+        await sqlite_store.queue.running_codes(clock.now())
+        await sqlite_store.queue.inflight(3)
     finally:
         reader.set_trace_callback(None)
     plans = []

@@ -20,18 +20,20 @@ from jobledger.projections.stats import (
     stats_reactor,
 )
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.writes import MemoryWrites
 from jobledger.storage.port import Store
-from tests.contract.test_replay_workload import FAST, LONG, engine_for, generate
+from tests.contract.projections.test_replay_workload import FAST, LONG, engine_for, generate
+from tests.stores import all_jobs
 
 
 def fresh(store: MemoryStore, projection: StatsProjection | None = None) -> Any:
     """The whole log folded in one page: no look-ups needed."""
     projection = projection or StatsProjection()
-    return projection.apply_page(projection.initial(), list(store.log), {})
+    return projection.apply_page(projection.initial(), list(store.tables.events), {})
 
 
 async def store_counts(store: Store) -> dict[tuple[str, str, str], int]:
-    return dict(Counter((j.target, j.code, j.status.value) for j in await store.all_jobs()))
+    return dict(Counter((j.target, j.code, j.status.value) for j in await all_jobs(store)))
 
 
 def state_counts(state: Any) -> dict[tuple[str, str, str], int]:
@@ -61,8 +63,8 @@ async def test_incremental_catch_up_equals_a_fresh_replay(clock: FakeClock) -> N
 
     await generate(store, clock, jobs_count=48, after_round=step)
     await generate(store, clock, jobs_count=24, first=48, after_round=step)
-    position, state = await store.load_checkpoint("stats")
-    assert position == len(store.log)
+    position, state = await store.projections.load_checkpoint("stats")
+    assert position == len(store.tables.events)
     assert state == fresh(store)
     # the open counters are the read model's, per target, code and status
     assert state_counts(state) == await store_counts(store)
@@ -97,7 +99,7 @@ async def test_hourly_counts_per_target_and_code(clock: FakeClock) -> None:
         LONG: {"succeeded": 3, "failed": 3, "dead": 3, "skipped": 0, "cancelled": 0},
     }
     assert {r["code"] for r in rows} == {"code0", "code1", "code2"}
-    assert stats["position"] == len(store.log)
+    assert stats["position"] == len(store.tables.events)
 
 
 async def test_queue_depth_and_oldest_pending_age(clock: FakeClock) -> None:
@@ -106,7 +108,7 @@ async def test_queue_depth_and_oldest_pending_age(clock: FakeClock) -> None:
     await generate(store, clock, jobs_count=16)
     clock.advance(minutes=30)
     queue = (await read_stats(store, clock.now()))["queue"]
-    live = await store.all_jobs()
+    live = await all_jobs(store)
     for target in (FAST, LONG):
         mine = [j for j in live if j.target == target]
         assert queue[target]["pending"] == sum(j.status == JobStatus.PENDING for j in mine)
@@ -139,7 +141,7 @@ async def test_old_hours_are_dropped_by_event_time_and_the_window_is_served(
         await runner.catch_up()
 
     await generate(store, clock, jobs_count=16, after_round=next_hour)
-    _, state = await store.load_checkpoint("stats")
+    _, state = await store.projections.load_checkpoint("stats")
     assert state == fresh(store, projection)
     # round r writes in hour r; rounds 5 and 6 count nothing (retry, claim), and of
     # hours 0..4 and 7 only those within 4 hours of the newest (7) are kept
@@ -160,20 +162,28 @@ async def test_the_runner_is_woken_by_the_feed(clock: FakeClock) -> None:
     try:
         await generate(store, clock, jobs_count=8)
         for _ in range(200):
-            if (await store.load_checkpoint("stats"))[0] == len(store.log):
+            if (await store.projections.load_checkpoint("stats"))[0] == len(store.tables.events):
                 break
             await asyncio.sleep(0)
-        assert (await store.load_checkpoint("stats"))[0] == len(store.log)
+        assert (await store.projections.load_checkpoint("stats"))[0] == len(store.tables.events)
         assert lag.seen and lag.seen[-1] == ("stats", 0)
     finally:
         await runner.stop()
 
 
+class QuietWrites(MemoryWrites):
+    """Writes whose commits publish no wake-up."""
+
+    def publish(self, applied: Any) -> None:
+        return None
+
+
 class QuietStore(MemoryStore):
     """A store whose change feed loses every notification."""
 
-    def _notify(self, applied: Any) -> None:
-        return None
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = QuietWrites(self.tables, self.writes.wakes)
 
 
 async def test_the_safety_poll_covers_lost_notifications(clock: FakeClock) -> None:
@@ -187,13 +197,13 @@ async def test_the_safety_poll_covers_lost_notifications(clock: FakeClock) -> No
         await generate(store, clock, jobs_count=8)
         for _ in range(20):
             await asyncio.sleep(0)
-        assert (await store.load_checkpoint("stats"))[0] == 0  # nothing woke it
+        assert (await store.projections.load_checkpoint("stats"))[0] == 0  # nothing woke it
         clock.advance(seconds=4400)  # past the jittered poll (3600 s ± 20 %)
         for _ in range(200):
-            if (await store.load_checkpoint("stats"))[0] == len(store.log):
+            if (await store.projections.load_checkpoint("stats"))[0] == len(store.tables.events):
                 break
             await asyncio.sleep(0)
-        assert (await store.load_checkpoint("stats"))[0] == len(store.log)
+        assert (await store.projections.load_checkpoint("stats"))[0] == len(store.tables.events)
         assert runner.passes > passes
     finally:
         await runner.stop()
@@ -206,8 +216,8 @@ async def test_the_checkpoint_round_trips_on_every_adapter(store: Store, clock: 
         await runner.catch_up()
 
     await generate(store, clock, jobs_count=32, after_round=step)
-    events = await store.read_log(0, limit=100_000)
-    position, state = await store.load_checkpoint("stats")
+    events = await store.log.read_log(0, limit=100_000)
+    position, state = await store.projections.load_checkpoint("stats")
     projection = StatsProjection()
     assert position == events[-1].position
     assert state == projection.apply_page(projection.initial(), events, {})
@@ -224,34 +234,36 @@ async def test_the_state_stays_bounded_by_targets_not_jobs(store: Store, clock: 
     for first, count in ((0, 400), (400, 2000)):
         await generate(store, clock, jobs_count=count, first=first)
         await runner.catch_up()
-        _, state = await store.load_checkpoint("stats")
+        _, state = await store.projections.load_checkpoint("stats")
         sizes.append((set(state_counts(state)), len(json.dumps(state["open"]))))
         # the whole checkpoint: counters and time buckets; 900 job ids alone are 28,800
         assert len(json.dumps(state)) < 4000
         text = json.dumps(state)
-        assert not any(job.id in text for job in await store.all_jobs())
+        assert not any(job.id in text for job in await all_jobs(store))
         assert state_counts(state) == await store_counts(store)
-    assert len(await store.all_jobs()) == 900  # 3 of every 8 jobs stay open
+    assert len(await all_jobs(store)) == 900  # 3 of every 8 jobs stay open
     # 6x the open jobs: the same counters (targets, codes, statuses), a few more digits
     assert sizes[0][0] == sizes[1][0] and len(sizes[0][0]) == 9
     assert sizes[1][1] - sizes[0][1] < 20
     stats = await read_stats(store, clock.now())
     assert set(stats["queue"]) == {FAST, LONG}
     assert stats["by_status"]["DEAD"] == sum(
-        j.status == JobStatus.DEAD for j in await store.all_jobs()
+        j.status == JobStatus.DEAD for j in await all_jobs(store)
     )
 
 
 async def test_a_checkpoint_of_the_old_layout_is_folded_again(clock: FakeClock) -> None:
     store = MemoryStore()
     await generate(store, clock, jobs_count=16)
-    await store.save_checkpoint("stats", len(store.log), {"open": {"x": ["t", "c"]}, "hours": {}})
+    await store.projections.save_checkpoint(
+        "stats", len(store.tables.events), {"open": {"x": ["t", "c"]}, "hours": {}}
+    )
     position, state = await ProjectionRunner(store, StatsProjection()).state()
     assert (position, state) == (0, StatsProjection().initial())
     stats = await read_stats(store, clock.now())
-    assert stats["position"] == len(store.log)
+    assert stats["position"] == len(store.tables.events)
     assert stats["by_status"]["PENDING"] == sum(
-        j.status == JobStatus.PENDING for j in await store.all_jobs()
+        j.status == JobStatus.PENDING for j in await all_jobs(store)
     )
 
 

@@ -14,7 +14,7 @@ from jobledger.projections import stats
 from jobledger.projections.runner import ProjectionRunner
 from jobledger.projections.stats import StatsProjection, catch_up_stats, read_stats
 from jobledger.storage.memory import MemoryStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 
 def budget_of_ten(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,9 +33,9 @@ async def test_the_runner_stops_after_its_budget(clock: FakeClock) -> None:
     await generate(store, clock, jobs_count=24)
     runner = ProjectionRunner(store, StatsProjection(), page=10)
     assert await runner.catch_up(max_events=25) == 30  # whole pages: stops after the third
-    position, _ = await store.load_checkpoint("stats")
-    assert position == store.log[29].position
-    assert await runner.catch_up() == len(store.log) - 30
+    position, _ = await store.projections.load_checkpoint("stats")
+    assert position == store.tables.events[29].position
+    assert await runner.catch_up() == len(store.tables.events) - 30
 
 
 async def test_a_call_answers_within_its_budget_and_says_so(
@@ -45,10 +45,10 @@ async def test_a_call_answers_within_its_budget_and_says_so(
     await generate(store, clock, jobs_count=24)
     budget_of_ten(monkeypatch)
     first = await read_stats(store, clock.now())
-    assert first["caught_up"] is False and first["position"] == store.log[9].position
+    assert first["caught_up"] is False and first["position"] == store.tables.events[9].position
     monkeypatch.setattr(stats, "CALL_BUDGET", 10_000)
     later = await read_stats(store, clock.now())
-    assert later["caught_up"] is True and later["position"] == store.log[-1].position
+    assert later["caught_up"] is True and later["position"] == store.tables.events[-1].position
 
 
 async def test_calls_during_a_catch_up_share_it(
@@ -68,7 +68,7 @@ async def test_calls_during_a_catch_up_share_it(
     monkeypatch.setattr(ProjectionRunner, "catch_up", counting)
     results = await asyncio.gather(*(catch_up_stats(store) for _ in range(5)))
     assert folds == 1
-    assert {position for position, _ in results} == {store.log[-1].position}
+    assert {position for position, _ in results} == {store.tables.events[-1].position}
 
 
 async def test_the_dashboard_answers_within_the_same_budget(
@@ -79,8 +79,8 @@ async def test_the_dashboard_answers_within_the_same_budget(
     await generate(store, clock, jobs_count=24)
     budget_of_ten(monkeypatch)
     first = await dashboard(store, clock.now(), RANGES["1h"])
-    assert first["caught_up"] is False and first["position"] == store.log[9].position
+    assert first["caught_up"] is False and first["position"] == store.tables.events[9].position
     assert any("lag" in note for note in first["notes"])
     monkeypatch.setattr(stats, "CALL_BUDGET", 10_000)
     later = await dashboard(store, clock.now(), RANGES["1h"])
-    assert later["caught_up"] is True and later["position"] == store.log[-1].position
+    assert later["caught_up"] is True and later["position"] == store.tables.events[-1].position

@@ -19,17 +19,16 @@ from datetime import datetime, timedelta
 from jobledger.core.clock import FakeClock
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.memory import MemoryStore
+from jobledger.storage.memory.coordination import MemoryCoordination
 from tests.builders import make_engine
 
 
-class SlowAnswerStore(MemoryStore):
-    """A memory store whose partition takes, once `hold` is set up, commit at once and
-    answer only when `hold` is set: a take whose answer is still on the wire."""
+class SlowAnswers(MemoryCoordination):
+    """Partition takes that, once `hold` is set up, commit at once and answer only when
+    `hold` is set: a take whose answer is still on the wire."""
 
-    def __init__(self) -> None:
-        super().__init__(partitions=8)
-        self.hold: asyncio.Event | None = None
-        self.taken = asyncio.Event()
+    hold: asyncio.Event | None = None
+    taken: asyncio.Event
 
     async def take_partitions(
         self, partitions: Sequence[int], pod: str, now: datetime, until: datetime
@@ -39,6 +38,17 @@ class SlowAnswerStore(MemoryStore):
             self.taken.set()
             await self.hold.wait()
         return got
+
+
+class SlowAnswerStore(MemoryStore):
+    """A memory store whose partition takes are `SlowAnswers`."""
+
+    coordination: SlowAnswers
+
+    def __init__(self) -> None:
+        super().__init__(partitions=8)
+        self.coordination = SlowAnswers(self.tables)
+        self.coordination.taken = asyncio.Event()
 
 
 async def test_a_take_in_flight_at_stop_leaves_no_lease_behind() -> None:
@@ -53,12 +63,12 @@ async def test_a_take_in_flight_at_stop_leaves_no_lease_behind() -> None:
     await asyncio.sleep(0.02)
     assert sorted([len(a.leases.owned), len(b.leases.owned)]) == [4, 4]
     await b.stop()  # its four partitions are free now
-    store.hold = asyncio.Event()
+    store.coordination.hold = asyncio.Event()
     clock.advance(timedelta(seconds=1.5))  # pod-a's heartbeat takes them
-    await asyncio.wait_for(store.taken.wait(), 5)
+    await asyncio.wait_for(store.coordination.taken.wait(), 5)
     stopping = asyncio.create_task(a.stop())
     await asyncio.sleep(0.05)  # the stop goes as far as it can while the answer waits
-    store.hold.set()
+    store.coordination.hold.set()
     await asyncio.wait_for(stopping, 10)
-    assert [lease.owner for lease in await store.leases()] == [None] * 8
-    assert await store.live_workers(clock.now() - timedelta(minutes=1)) == []
+    assert [lease.owner for lease in await store.coordination.leases()] == [None] * 8
+    assert await store.coordination.live_workers(clock.now() - timedelta(minutes=1)) == []

@@ -14,7 +14,7 @@ from jobledger.core.clock import FakeClock
 from jobledger.domain.events import event_hash
 from jobledger.projections.audit import verify_log
 from jobledger.storage.memory import MemoryStore
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 
 @pytest.fixture
@@ -29,16 +29,16 @@ async def filled(clock: FakeClock) -> MemoryStore:
 async def test_an_untouched_log_verifies_at_any_page_size(filled: MemoryStore, page: int) -> None:
     report = await verify_log(filled, page=page)
     assert report.ok, report.problems
-    assert report.events == len(filled.log) == 24 // 8 * 32
+    assert report.events == len(filled.tables.events) == 24 // 8 * 32
     assert report.streams == 24
-    assert report.position == len(filled.log)
+    assert report.position == len(filled.tables.events)
 
 
 @pytest.mark.parametrize("page", [1, 5, 2000])
 async def test_an_edited_event_is_named(filled: MemoryStore, page: int) -> None:
-    index = next(i for i, e in enumerate(filled.log) if e.type == "JobFailed")
-    victim = filled.log[index]
-    filled.log[index] = replace(victim, data={**victim.data, "error": "nothing happened"})
+    index = next(i for i, e in enumerate(filled.tables.events) if e.type == "JobFailed")
+    victim = filled.tables.events[index]
+    filled.tables.events[index] = replace(victim, data={**victim.data, "error": "nothing happened"})
 
     report = await verify_log(filled, page=page)
     assert report.problems == [
@@ -49,8 +49,8 @@ async def test_an_edited_event_is_named(filled: MemoryStore, page: int) -> None:
 
 
 async def test_an_edit_with_a_recomputed_hash_breaks_the_next_link(filled: MemoryStore) -> None:
-    index = next(i for i, e in enumerate(filled.log) if e.type == "JobDispatched")
-    victim = filled.log[index]
+    index = next(i for i, e in enumerate(filled.tables.events) if e.type == "JobDispatched")
+    victim = filled.tables.events[index]
     data = {**victim.data, "pod": "someone-else"}
     forged = replace(
         victim,
@@ -66,8 +66,8 @@ async def test_an_edit_with_a_recomputed_hash_breaks_the_next_link(filled: Memor
             prev_hash=victim.prev_hash,
         ),
     )
-    filled.log[index] = forged
-    successor = next(e for e in filled.log[index + 1 :] if e.stream == victim.stream)
+    filled.tables.events[index] = forged
+    successor = next(e for e in filled.tables.events[index + 1 :] if e.stream == victim.stream)
 
     report = await verify_log(filled, page=3)
     assert report.problems == [
@@ -77,10 +77,12 @@ async def test_an_edit_with_a_recomputed_hash_breaks_the_next_link(filled: Memor
 
 
 async def test_a_removed_event_is_reported(filled: MemoryStore) -> None:
-    index = next(i for i, e in enumerate(filled.log) if e.type == "JobLeaseRenewed")
-    removed = filled.log.pop(index)
-    filled.log[:] = [replace(e, position=i + 1) for i, e in enumerate(filled.log)]
-    successor = next(e for e in filled.log[index:] if e.stream == removed.stream)
+    index = next(i for i, e in enumerate(filled.tables.events) if e.type == "JobLeaseRenewed")
+    removed = filled.tables.events.pop(index)
+    filled.tables.events[:] = [
+        replace(e, position=i + 1) for i, e in enumerate(filled.tables.events)
+    ]
+    successor = next(e for e in filled.tables.events[index:] if e.stream == removed.stream)
 
     report = await verify_log(filled, page=4)
     assert len(report.problems) == 2
@@ -95,10 +97,12 @@ async def test_a_stream_whose_first_event_was_deleted_is_reported(
 ) -> None:
     # The archive removes whole streams only: a stream that starts above v1 lost events
     # that no remaining link names (issue 17 item 6).
-    index = next(i for i, e in enumerate(filled.log) if e.version == 1)
-    removed = filled.log.pop(index)
-    filled.log[:] = [replace(e, position=i + 1) for i, e in enumerate(filled.log)]
-    first_kept = next(e for e in filled.log if e.stream == removed.stream)
+    index = next(i for i, e in enumerate(filled.tables.events) if e.version == 1)
+    removed = filled.tables.events.pop(index)
+    filled.tables.events[:] = [
+        replace(e, position=i + 1) for i, e in enumerate(filled.tables.events)
+    ]
+    first_kept = next(e for e in filled.tables.events if e.stream == removed.stream)
 
     report = await verify_log(filled, page=page)
     assert report.problems == [
@@ -110,7 +114,7 @@ async def test_a_stream_whose_first_event_was_deleted_is_reported(
 
 def _tamper(store: MemoryStore, how: str) -> None:
     """Edit the log one of the ways the tests above do, on a bigger log."""
-    log = store.log
+    log = store.tables.events
     if how == "edit":
         index = next(i for i, e in enumerate(log) if e.type == "JobFailed")
         log[index] = replace(log[index], data={**log[index].data, "error": "edited"})
@@ -150,4 +154,4 @@ async def test_a_bounded_map_of_streams_reports_what_an_unbounded_one_does(
     assert bounded.problems == unbounded.problems
     assert bounded.ok == (how in ("none", "remove-last"))
     assert unbounded.streams == 96
-    assert sum(reads) == len(store.log) and max(reads) == 7
+    assert sum(reads) == len(store.tables.events) and max(reads) == 7

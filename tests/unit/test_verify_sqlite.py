@@ -22,7 +22,7 @@ from jobledger.domain.timeutil import at_ms, iso
 from jobledger.projections.audit import verify_log
 from jobledger.storage.sqlite import SqliteStore
 from jobledger.storage.sqlite.encode import iso_text
-from tests.contract.test_replay_workload import generate
+from tests.contract.projections.test_replay_workload import generate
 
 
 async def _filled(path: Path, clock: FakeClock) -> int:

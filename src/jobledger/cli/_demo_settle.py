@@ -42,7 +42,7 @@ class Tally:
         streams = [job_stream(job_id) for job_id in job_ids]
         position = 0
         if streams:
-            events = await store.read_stream(streams[0])
+            events = await store.log.read_stream(streams[0])
             positions = [e.position for e in events if e.position is not None]
             position = min(positions) - 1 if positions else 0
         return cls(store, frozenset(streams), max(position, 0))
@@ -58,7 +58,7 @@ class Tally:
     async def poll(self) -> None:
         """Fold the events written since the last poll."""
         while True:
-            events = await self.store.read_log(self.position, limit=PAGE)
+            events = await self.store.log.read_log(self.position, limit=PAGE)
             for event in events:
                 if event.position is not None:
                     self.position = max(self.position, event.position)

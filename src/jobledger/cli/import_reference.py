@@ -101,7 +101,7 @@ async def import_rows(
 
 async def _flush(store: Store, batch: list[Change], counts: Counts, dry_run: bool) -> None:
     if batch and not dry_run:
-        flags = await store.apply(batch)
+        flags = await store.writes.apply(batch)
         counts.imported += sum(flags)
         counts.already_there += len(flags) - sum(flags)
     batch.clear()

@@ -3,7 +3,7 @@
 A `LogRow` is an event as the auditors read it, a plain tuple
 ``(position, stream, version, type, data, at, actor, trace_id, prev_hash, hash)`` whose
 `at` is the event's time as the hash writes it (`timeutil.iso`). Stores read the log in
-this form (`Store.read_log_rows`) without building an `Event` per row; `event_row` makes
+this form (`LogReads.read_log_rows`) without building an `Event` per row; `event_row` makes
 one from an `Event`. The hash recomputed from a row is `event_hash` of the event
 (`envelope_hash` is the one implementation), so the checks are the same whichever form
 the events were read in.

@@ -4,7 +4,7 @@ Reference §5/§6 "Schedule tick". `plan_tick` turns a due schedule row into ONE
 `TickPlan`: the schedule stream's events (ScheduleSlotsMissed, ScheduleSlotEnqueued or
 ScheduleSlotSkipped) and the newest slot's long-lane job (`slot_job`, deduplicated by
 `slot_dedupe_key` so two pods ticking the same slot enqueue it once). The
-`reactors/scheduler.py` ticker applies the plan in one `store.apply` call.
+`reactors/scheduler.py` ticker applies the plan in one `store.writes.apply` call.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def due_slots(row: Schedule, now: datetime) -> DueSlots | None:
 
 @dataclass(frozen=True, slots=True)
 class TickPlan:
-    """What one tick does to one due schedule, to apply in ONE `store.apply` call."""
+    """What one tick does to one due schedule, to apply in ONE `store.writes.apply` call."""
 
     schedule: Change
     job: Change | None  # the newest slot's job, or None (policy skip + late)

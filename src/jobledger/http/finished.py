@@ -2,7 +2,7 @@
 CANCELLED, EXPIRED — browsed from the log, where they stay until the archive's
 retention (`log_retention_days`) removes their streams.
 
-No read model holds them: a page reads the log backwards (`Store.read_log_newest`, the
+No read model holds them: a page reads the log backwards (`LogReads.read_log_newest`, the
 position index) for closing events, looks up each one's JobEnqueued (target, code, key,
 dedupe key: one `read_events_at` per chunk) to apply the filters, then reads the events
 before each match's closing event to fold the row as it was when it ended. A call
@@ -11,7 +11,7 @@ rare filter finds fewer rows than asked, the answer says how far it read (`next`
 position) and the caller goes on from there.
 
 A job id or a dedupe key is not a scan: the job's stream is read directly (the dedupe
-key through the log's unique dedupe index, `Store.dedupe_holders`).
+key through the log's unique dedupe index, `Writes.dedupe_holders`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ async def _rows(store: Store, closings: list[Event]) -> list[Finished]:
     """Fold each closed job's events before its closing one (one round trip)."""
     places = [(e.stream, v) for e in closings for v in range(1, e.version)]
     by_stream: dict[str, list[Event]] = {}
-    for event in sorted(await store.read_events_at(places), key=lambda e: e.version):
+    for event in sorted(await store.log.read_events_at(places), key=lambda e: e.version):
         by_stream.setdefault(event.stream, []).append(event)
     found = []
     for closing in closings:
@@ -104,7 +104,7 @@ async def browse(
     matched: list[Event] = []
     cursor, scanned = before, 0
     while len(matched) < limit and scanned < scan:
-        events = await store.read_log_newest(cursor, limit=min(CHUNK, scan - scanned))
+        events = await store.log.read_log_newest(cursor, limit=min(CHUNK, scan - scanned))
         if not events:
             cursor = None
             break
@@ -112,7 +112,7 @@ async def browse(
         cursor = events[-1].position
         closings = [e for e in events if e.type in wanted and e.stream.startswith("job:")]
         if filtered and closings:
-            firsts = await store.read_events_at([(e.stream, 1) for e in closings])
+            firsts = await store.log.read_events_at([(e.stream, 1) for e in closings])
             enqueued = {e.stream: e for e in firsts}
             closings = [
                 e for e in closings if e.stream in enqueued and _matches(enqueued[e.stream], flt)
@@ -129,9 +129,9 @@ async def find(
 ) -> list[Finished]:
     """The finished job with this id or dedupe key ([] when none, or when it is open)."""
     if dedupe_key is not None:
-        job_id = await store.dedupe_holder(dedupe_key)
+        job_id = await store.admin.dedupe_holder(dedupe_key)
     if job_id is None or not is_job_id(job_id):
         return []
-    history = await store.read_stream(jobs.job_stream(job_id))
+    history = await store.log.read_stream(jobs.job_stream(job_id))
     closing = [e for e in history if e.type in _BY_STATUS.values()]
     return await _rows(store, closing[-1:])

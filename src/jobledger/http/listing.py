@@ -44,7 +44,7 @@ def shown_count(count: int, capped: bool) -> str:
 
 async def capped_count(store: Store, flt: JobFilter) -> tuple[int, bool]:
     """(matching rows up to COUNT_CAP, whether there are more)."""
-    _, counted = await store.list_jobs(flt, offset=0, limit=0, count_limit=COUNT_CAP + 1)
+    _, counted = await store.admin.list_jobs(flt, offset=0, limit=0, count_limit=COUNT_CAP + 1)
     return min(counted, COUNT_CAP), counted > COUNT_CAP
 
 
@@ -60,7 +60,7 @@ async def list_open(
     """A page of open jobs matching `flt`, newest first: the newest rows older than
     `before`, or the oldest rows newer than `after` (both: the oldest rows between the
     two), after skipping `offset` rows."""
-    rows, counted = await store.list_jobs(
+    rows, counted = await store.admin.list_jobs(
         flt,
         offset=offset,
         limit=limit + 1,  # one more than shown says whether there is a further page

@@ -15,8 +15,8 @@ from jobledger.storage.port import Store
 async def pods(store: Store, now: datetime, *, live_s: float) -> dict[str, Any]:
     """`{"live_s", "partitions", "pods": [{"pod", "live", "partitions"}]}`: every pod
     with a heartbeat newer than `live_s` or a lease that has not expired."""
-    live = set(await store.live_workers(now - timedelta(seconds=live_s)))
-    leases = await store.leases()
+    live = set(await store.coordination.live_workers(now - timedelta(seconds=live_s)))
+    leases = await store.coordination.leases()
     held = Counter(
         lease.owner
         for lease in leases

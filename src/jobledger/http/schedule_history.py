@@ -8,7 +8,7 @@ late, with the reason), `ScheduleSlotRan` (the handler returned); and the admin 
 code changes (declared, synced, enabled, disabled, cron override set or cleared).
 
 **Bounded.** A page is at most `limit` events of the stream, read by (stream, version)
-from the newest backwards (`Store.read_events_at`, the unique index every store has),
+from the newest backwards (`LogReads.read_events_at`, the unique index every store has),
 never the whole stream: a schedule that fires every minute writes ~3,000 events a day.
 A slot enqueued in the page whose outcome is not in it is looked up in its job's own
 stream (`JobAdmin.detail`: still PENDING or RUNNING, DEAD after its runs, or how it
@@ -140,13 +140,15 @@ async def history(
     store: Store, jobs: JobAdmin, code: str, now_iso: str, *, before: int | None, limit: int
 ) -> dict[str, Any]:
     """One page of `code`'s history: the `limit` events before version `before`."""
-    row = await store.get_schedule(code)
+    row = await store.admin.get_schedule(code)
     if row is None:
         raise NotFound(f"schedule {code} not found")
     top = row.stream_version if before is None else min(before - 1, row.stream_version)
     first = max(top - limit + 1, 1)
     stream = schedule_stream(code)
-    events = await store.read_events_at([(stream, v) for v in range(first, top + 1)]) if top else []
+    events = (
+        await store.log.read_events_at([(stream, v) for v in range(first, top + 1)]) if top else []
+    )
     page = entries(events)
     for entry in page:
         if entry["kind"] == "slot" and entry["outcome"] == "enqueued" and entry["job_id"]:

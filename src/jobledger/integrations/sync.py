@@ -30,8 +30,7 @@ from jobledger.domain.jobs import Change, NewJob
 from jobledger.engine import Engine, Enqueued
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.sqlite import SqliteStore
-from jobledger.storage.sqlite.counters import next_version_on
-from jobledger.storage.sqlite.writes import append_on, dedupe_holders_on
+from jobledger.storage.sqlite.writes import append_on, dedupe_holders_on, next_version_on
 
 
 class Writer(NamedTuple):
@@ -145,7 +144,7 @@ def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> Writer:
 
 def _postgres_writer(store: Store, conn: Any) -> Writer:
     from jobledger.storage.postgres import PostgresStore
-    from jobledger.storage.postgres.sync_writes import (
+    from jobledger.storage.postgres.writes import (
         append_sync,
         check_reaches,
         holders_sync,

@@ -74,14 +74,14 @@ class LogArchive:
         streams_done = events_done = 0
         target = self.directory / f"archive-{cutoff:%Y%m%dT%H%M%S}.jsonl"
         while True:
-            streams = await self.store.closed_streams(cutoff, limit=STREAMS_PER_ROUND)
+            streams = await self.store.retention.closed_streams(cutoff, limit=STREAMS_PER_ROUND)
             if not streams:
                 break
             events: list[Event] = []
             for stream in streams:
-                events.extend(await self.store.read_stream(stream))
+                events.extend(await self.store.log.read_stream(stream))
             _append_durably(target, events)
-            await self.store.delete_streams(streams)
+            await self.store.retention.delete_streams(streams)
             streams_done += len(streams)
             events_done += len(events)
             if on_round is not None:

@@ -1,13 +1,13 @@
 """The auditor's tools over the log: verify the hash chains, export events.
 
 `verify_log` checks every stream's chain with `domain.chain.chain_problems` while
-reading the log a page at a time (`Store.read_log_rows`: plain rows, no `Event` built
+reading the log a page at a time (`LogReads.read_log_rows`: plain rows, no `Event` built
 per event): a map of each stream's last link (version, hash) is kept across
 pages so a chain is checked across page boundaries (and a stream seen before is not
 taken for one that starts above v1), and a problem is reported once. The map is
 bounded (`STREAMS_KEPT`): when it grows past that, the streams seen longest ago are
 forgotten, and a forgotten stream that shows up again gets its predecessor read back
-from the store (`Store.read_events_at`, one batch per page), so memory does not grow
+from the store (`LogReads.read_events_at`, one batch per page), so memory does not grow
 with the log and the checks stay the same. `export_log` writes events as JSON Lines
 (`Event.to_json`) in log order.
 """
@@ -99,13 +99,13 @@ async def _recall(store: Store, rows: Sequence[LogRow], last: dict[str, Link]) -
     if not wanted:
         return
     found: dict[str, Link] = {}
-    for event in await store.read_events_at(wanted):
+    for event in await store.log.read_events_at(wanted):
         if (event.position or 0) < (first[event.stream][0] or 0):
             found[event.stream] = (event.version, event.hash)
     for stream, _ in wanted:
         if stream not in found:
             before = first[stream][0] or 0
-            earlier = [e for e in await store.read_stream(stream) if (e.position or 0) < before]
+            earlier = [e for e in await store.log.read_stream(stream) if (e.position or 0) < before]
             if earlier:
                 newest = max(earlier, key=lambda e: e.position or 0)
                 found[stream] = (newest.version, newest.hash)

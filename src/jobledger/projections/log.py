@@ -25,19 +25,19 @@ async def pages(
     """Every event with a position greater than `after`, a page at a time.
 
     Each page starts after the last position of the one before, so a reader never
-    skips an event: `Store.read_log` holds back positions that may still commit. The
+    skips an event: `LogReads.read_log` holds back positions that may still commit. The
     next page is read while the caller works on this one (one page ahead, no more: the
     memory held is two pages whatever the log's size).
     """
-    async for events in _read_ahead(store, store.read_log, _event_position, after, page):
+    async for events in _read_ahead(store, store.log.read_log, _event_position, after, page):
         yield events
 
 
 async def row_pages(
     store: Store, *, after: int = 0, page: int = DEFAULT_PAGE
 ) -> AsyncIterator[list[LogRow]]:
-    """`pages` in `Store.read_log_rows`' form (`domain.chain.LogRow`: verify's read)."""
-    async for rows in _read_ahead(store, store.read_log_rows, _row_position, after, page):
+    """`pages` in `LogReads.read_log_rows`' form (`domain.chain.LogRow`: verify's read)."""
+    async for rows in _read_ahead(store, store.log.read_log_rows, _row_position, after, page):
         yield rows
 
 

@@ -9,7 +9,7 @@ by stream and compares each job stream's row as soon as it is folded
 (`replay_stream.py`): its memory does not grow with the log.
 
 `replay(store, apply=True)` swaps the live read models for the rebuilt ones
-(`Store.replace_read_models`): only then are all the rows rebuilt in memory at once
+(`ProjectionState.replace_read_models`): only then are all the rows rebuilt in memory at once
 (`Rebuild`, the log in position order), and the swap is checked by another streamed
 pass. Run it with the workers stopped: a change committed between the read of the log
 and the swap would be overwritten.
@@ -91,13 +91,13 @@ async def rebuild(
 
 async def compare_jobs(store: Store, rebuilt: dict[str, Job], *, page: int) -> list[Difference]:
     """`compare_rows("jobs", every live job, rebuilt)`, the live jobs read `page` at a time
-    by id (`Store.list_jobs`' keyset paging): replay holds the rebuilt rows and one page
+    by id (`AdminReads.list_jobs`' keyset paging): replay holds the rebuilt rows and one page
     of live ones, not a second copy of the read model."""
     out: list[Difference] = []
     seen: set[str] = set()
     after = ""
     while live := (
-        await store.list_jobs(JobFilter(), offset=0, limit=page, after=after, count_limit=0)
+        await store.admin.list_jobs(JobFilter(), offset=0, limit=page, after=after, count_limit=0)
     )[0]:
         for job in live:
             seen.add(job.id)
@@ -169,10 +169,10 @@ async def replay(
     schedules: Sequence[Schedule] = (
         list(rebuilt.schedules.rows.values())
         if rebuilt.schedules.available
-        else await store.list_schedules()
+        else await store.admin.list_schedules()
     )
     jobs: Sequence[Job] = list(rebuilt.jobs.rows.values())
-    await store.replace_read_models(jobs, schedules)
+    await store.projections.replace_read_models(jobs, schedules)
     del rebuilt, jobs
     passed = await replay_streams(store, page=page, schedule_fold=schedule_fold, on_page=on_page)
     return _report(passed, applied=True)

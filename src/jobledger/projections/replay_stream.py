@@ -1,11 +1,11 @@
 """Replay streamed: each stream folded whole, compared with its live row, and dropped.
 
-The log is read in (stream, version) order (`Store.read_log_by_stream`, the unique
+The log is read in (stream, version) order (`LogReads.read_log_by_stream`, the unique
 index), so a stream's events come together, in its chain's order. A job stream is
 folded with `domain.jobs.apply_state` (the transitions of `apply`, on one mutable dict:
 a `Job` is built once per stream, at its end) and compared with its live row at once:
 job streams (`job:<id>`) come in id order, so the live jobs are read alongside by id
-(`Store.list_jobs`' keyset paging, oldest id first) and the two are merged, a live row
+(`AdminReads.list_jobs`' keyset paging, oldest id first) and the two are merged, a live row
 that no stream explains reported as it is passed. What is held is a page of events (and
 the one read ahead), a page of live rows (and the one read ahead) and the stream being
 folded, whatever the size of the log. Schedules (a handful, their table is read whole
@@ -74,9 +74,9 @@ async def stream_pages(store: Store, *, page: int = DEFAULT_PAGE) -> AsyncIterat
         raise ValueError("page must be at least 1")
 
     async def fetch(after: tuple[str, int]) -> list[Event]:
-        return await store.read_log_by_stream(after, limit=page) or []
+        return await store.log.read_log_by_stream(after, limit=page) or []
 
-    first = await store.read_log_by_stream(FIRST, limit=page)
+    first = await store.log.read_log_by_stream(FIRST, limit=page)
     if first is None:  # no such read: the log sorted in memory
         events = [event async for events in pages(store, page=page) for event in events]
         events.sort(key=_place)
@@ -106,7 +106,7 @@ class LiveJobs:
         self._pages: AsyncGenerator[list[Job]] | None = None
 
     async def _fetch(self, after: str) -> list[Job]:
-        found, _ = await self.store.list_jobs(
+        found, _ = await self.store.admin.list_jobs(
             JobFilter(), offset=0, limit=self.page, after=after, count_limit=0
         )
         return found
@@ -181,7 +181,7 @@ class StreamedReplay:
         finally:
             await self.live.close()
         if self.schedules.available:
-            live = {s.code: s for s in await self.store.list_schedules()}
+            live = {s.code: s for s in await self.store.admin.list_schedules()}
             self.differences += compare_rows("schedules", live, self.schedules.rows)
 
     async def _compare(self, job_id: str, row: Job | None) -> None:

@@ -70,7 +70,7 @@ class Retention:
         rows: list[Job] = []
         offset = 0
         while True:
-            page, total = await self.store.list_jobs(
+            page, total = await self.store.admin.list_jobs(
                 JobFilter(status=JobStatus.DEAD), offset=offset, limit=LIST_PAGE
             )
             rows.extend(page)
@@ -87,7 +87,7 @@ class Retention:
         for start in range(0, len(due), APPLY_BATCH):
             batch = due[start : start + APPLY_BATCH]
             changes = [job_commands.expire(job, stamp, self.retention) for job in batch]
-            flags = await self.store.apply(changes)
+            flags = await self.store.writes.apply(changes)
             expired += sum(flags)
         if expired:
             logger.info(

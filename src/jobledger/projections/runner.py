@@ -2,7 +2,7 @@
 
 A `Projection` is pure: `initial()` and `apply(state, event)`; its state must be plain
 JSON (dicts with string keys, lists, numbers, strings) because the store keeps it next
-to the position (`Store.save_checkpoint`). The `ProjectionRunner` reads the log from
+to the position (`ProjectionState.save_checkpoint`). The `ProjectionRunner` reads the log from
 the checkpoint a page at a time, folds, and saves state and position together after
 each page, so a crash between pages redoes at most one page and never counts an event
 twice. Several pods may run the same projection: any saved (position, state) pair is
@@ -44,7 +44,7 @@ class PagedProjection(Protocol):
     """A fold that needs a few earlier events a page does not show (the stats
     projection: a job's JobEnqueued and the event before the page). `places(events)`
     names them as (stream, version); the runner reads them with one
-    `Store.read_events_at` call and passes those that exist to `apply_page`. A state
+    `LogReads.read_events_at` call and passes those that exist to `apply_page`. A state
     `accepts` refuses (an older layout) is folded again from the start of the log."""
 
     name: str
@@ -72,7 +72,7 @@ async def fold_page(
     """Fold one page of the log, looking up what a paged projection asks for."""
     if isinstance(projection, PagedProjection):
         places = projection.places(events)
-        found = await store.read_events_at(places) if places else []
+        found = await store.log.read_events_at(places) if places else []
         return projection.apply_page(state, events, {(e.stream, e.version): e for e in found})
     return fold_events(projection, state, events)
 
@@ -103,7 +103,7 @@ class ProjectionRunner:
         return self.projection.name
 
     async def state(self) -> tuple[int, Any]:
-        position, state = await self.store.load_checkpoint(self.name)
+        position, state = await self.store.projections.load_checkpoint(self.name)
         if state is None or (
             isinstance(self.projection, PagedProjection) and not self.projection.accepts(state)
         ):
@@ -118,7 +118,7 @@ class ProjectionRunner:
         position, state = await self.state()
         folded = 0
         while True:
-            events = await self.store.read_log(position, limit=self.page)
+            events = await self.store.log.read_log(position, limit=self.page)
             if not events:
                 break
             self.observer.projection_lag(self.name, len(events))
@@ -127,7 +127,7 @@ class ProjectionRunner:
             if last is None or last <= position:
                 raise RuntimeError(f"{self.store.name}: read_log made no progress after {position}")
             position = last
-            await self.store.save_checkpoint(self.name, position, state)
+            await self.store.projections.save_checkpoint(self.name, position, state)
             folded += len(events)
             if len(events) < self.page or (max_events is not None and folded >= max_events):
                 break

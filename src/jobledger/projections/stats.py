@@ -17,7 +17,7 @@ Only a job's `JobEnqueued` (version 1) carries its target and code, and a transi
 status *before* the event follows from the event just before it (each job event type
 leaves one status: `STATUS_AFTER`). The fold therefore works a page at a time: for each
 job stream whose first event in the page is not its `JobEnqueued`, it looks up version
-1 and the previous version with one `Store.read_events_at` call (the stores' (stream,
+1 and the previous version with one `LogReads.read_events_at` call (the stores' (stream,
 version) unique index), and carries what it learns through the rest of the page. A fold
 of the whole log in one page needs no look-ups; the checkpointed fold equals it.
 
@@ -258,7 +258,7 @@ async def stats_for_a_call(store: Store) -> tuple[int, Any, bool]:
     """The checkpoint a request answers from: caught up by at most `CALL_BUDGET` events;
     (position, state, whether that reached the end of the log)."""
     position, state = await catch_up_stats(store, max_events=CALL_BUDGET)
-    newest = await store.read_log_newest(None, limit=1)
+    newest = await store.log.read_log_newest(None, limit=1)
     return position, state, not newest or (newest[0].position or 0) <= position
 
 
@@ -278,7 +278,7 @@ def open_counts(state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 async def oldest_pending_age(store: Store, target: str, now: datetime) -> float | None:
     """Seconds since the oldest PENDING row of `target` was enqueued (one keyset read)."""
-    rows, _ = await store.list_jobs(
+    rows, _ = await store.admin.list_jobs(
         JobFilter(status=JobStatus.PENDING, target=target),
         offset=0,
         limit=1,

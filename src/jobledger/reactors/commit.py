@@ -1,4 +1,4 @@
-"""Group commit: changes from every partition worker share one `store.apply`.
+"""Group commit: changes from every partition worker share one `store.writes.apply`.
 
 Whatever is submitted while a commit is running goes into the next one, so a pod with
 64 busy partitions writes the outcomes of all of them, and the next round of in-flight
@@ -105,16 +105,16 @@ class GroupCommitter:
     async def _write(self, changes: list[Change], guarded: list[bool]) -> list[bool]:
         if not any(guarded):
             self.commits += 1
-            return await self._store.apply(changes)
+            return await self._store.writes.apply(changes)
         guard = LeaseGuard(self._pod, self._clock.now())
         self.commits += 1
-        flags = await self._store.apply(changes, guard=guard)
+        flags = await self._store.writes.apply(changes, guard=guard)
         retry = [
             i for i, (g, ok) in enumerate(zip(guarded, flags, strict=True)) if not ok and not g
         ]
         if retry:
             self.commits += 1
-            again = await self._store.apply([changes[i] for i in retry])
+            again = await self._store.writes.apply([changes[i] for i in retry])
             for i, ok in zip(retry, again, strict=True):
                 flags[i] = ok
         return flags

@@ -134,7 +134,7 @@ class FastLane:
         # committed meanwhile reaches them
         await self.subscribed.wait()
         try:
-            pending = await self.store.pending_partitions(fresh, due_by=None)
+            pending = await self.store.queue.pending_partitions(fresh, due_by=None)
         except Exception:
             logger.exception("reading the new partitions' queues failed; waking them all")
             pending = fresh
@@ -202,7 +202,7 @@ class FastLane:
         the change feed wakes the workers, their timers cover retries and probes."""
         owned = sorted(p for p, w in self.workers.items() if not w.stopping)
         if owned:
-            self.wake(await self.store.pending_partitions(owned, due_by=self.clock.now()))
+            self.wake(await self.store.queue.pending_partitions(owned, due_by=self.clock.now()))
 
     async def poll_forever(self) -> None:
         """`safety_poll` every `settings.safety_poll_s` (jittered); a failure is logged."""
@@ -227,7 +227,7 @@ class FastLane:
     # --- takeover --------------------------------------------------------------------------
     async def take_over(self, partitions: Sequence[int]) -> None:
         """Judge the rows previous owners of `partitions` left in flight (reference §9)."""
-        rows = await self.store.inflight_in(partitions)
+        rows = await self.store.queue.inflight_in(partitions)
         decided: list[tuple[Job, Outcome]] = []
         for job in rows:
             target = self.engine.targets.find(job.target)
@@ -240,7 +240,7 @@ class FastLane:
             decided.append((job, job_outcomes.take_over(job, target.delivery_mode, stamp)))
         if not decided:
             return
-        flags = await self.store.apply(
+        flags = await self.store.writes.apply(
             [o.change for _, o in decided], guard=LeaseGuard(self.pod, self.clock.now())
         )
         for (job, outcome), ok in zip(decided, flags, strict=True):

@@ -1,6 +1,6 @@
 """One pass of a partition worker over its PENDING rows: paging and planning.
 
-A pass reads the partition's PENDING rows in pages (`store.fast_pending`, keyset paging
+A pass reads the partition's PENDING rows in pages (`store.queue.fast_pending`, keyset paging
 on the order key, ≤ `fast_batch`), keeps what is still to run in a buffer sorted by
 (key, version), and asks the pure planner (`domain.lanes.plan_batch`) for each round.
 A full page may cut its last key short: `domain.lanes.next_page_after` re-reads that key
@@ -77,7 +77,7 @@ class PartitionPass:
     def seed(self, rows: list[Job]) -> None:
         """Start a pass on `rows` a wake-up handed over instead of a read: its only page,
         not full, so the pass ends when they are done (the next one reads). Only a mark
-        through `Store.mark_first` may send from it (`PartitionWorker._hinted_round`)."""
+        through `Writes.mark_first` may send from it (`PartitionWorker._hinted_round`)."""
         self.finish()
         self._open = True
         self.wake_at = None
@@ -114,7 +114,7 @@ class PartitionPass:
         waits for a pooled connection behind them."""
         lane = self.lane
         async with lane.reads:
-            return await lane.store.fast_pending(
+            return await lane.store.queue.fast_pending(
                 self.partition, after_key=after, limit=lane.settings.fast_batch
             )
 

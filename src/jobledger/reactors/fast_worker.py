@@ -147,7 +147,7 @@ class PartitionWorker:
         this a mark whose outcome write failed would hold its key until the lease moved."""
         ran = self._unwritten
         if ran:
-            flags = await self.lane.store.apply([item.outcome.change for item in ran])
+            flags = await self.lane.store.writes.apply([item.outcome.change for item in ran])
             self._unwritten = []
             for item, ok in zip(ran, flags, strict=True):
                 self.lane.outcomes.finish(item.job, item.run, item.outcome, ok)
@@ -156,7 +156,7 @@ class PartitionWorker:
                         item.job, item.run, item.outcome, self.lane.pod
                     )
         if self._unreleased:  # compare-and-set: a release another writer beat is refused
-            await self.lane.store.apply(self._unreleased)
+            await self.lane.store.writes.apply(self._unreleased)
             self._unreleased = []
         await self.lane.take_over([self.partition])
         self._recovering = False
@@ -193,7 +193,7 @@ class PartitionWorker:
 
     async def _hinted_round(self, rows: list[Job]) -> int:
         """The one row a wake-up handed over while the worker was idle: marked without
-        reading the partition (`Store.mark_first` checks what the read would have told),
+        reading the partition (`Writes.mark_first` checks what the read would have told),
         then sent. 0 when it cannot be: the pass reads as before."""
         lane = self.lane
         if len(rows) != 1 or self.busy or self.stopping or self._recovering:
@@ -207,7 +207,7 @@ class PartitionWorker:
             self.pass_.finish()
             return 0
         change = lane.mark(risky)
-        if not await lane.store.mark_first(change, LeaseGuard(lane.pod, lane.clock.now())):
+        if not await lane.store.writes.mark_first(change, LeaseGuard(lane.pod, lane.clock.now())):
             self.pass_.finish()
             return 0
         row = change.row
@@ -271,7 +271,7 @@ class PartitionWorker:
             self.pass_.replace(risky, row)
             return row
         self.lane.stats.marks_refused += 1
-        current = await self.lane.store.get_job(risky.id)
+        current = await self.lane.store.admin.get_job(risky.id)
         if current is not None and current.stream_version == risky.stream_version:
             # the row is as we read it, so the lease guard refused: the partition is gone
             logger.warning(

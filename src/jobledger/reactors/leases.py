@@ -2,10 +2,10 @@
 partition_lease.service.ts, §6 "Partition lease heartbeat", §9).
 
 Every `heartbeat_s` a pod writes its liveness row, renews the leases it holds
-(`partition_lease_s`) and reads the lease rows, in one `store.beat` (one statement on
+(`partition_lease_s`) and reads the lease rows, in one `store.coordination.beat` (one statement on
 PostgreSQL), and moves toward its fair share (`domain.policies.share_target`):
 ceil(P / live pods), or max(floor, 1) while another live pod is below the floor. Takes
-are atomic (`store.take_partitions`, one statement for the whole share on PostgreSQL),
+are atomic (`store.coordination.take_partitions`, one statement for the whole share on PostgreSQL),
 so two pods never hold one partition; a busy partition (a batch in progress) is never released. Leases and liveness rows are
 coordination state: plain compare-and-set rows, no events.
 """
@@ -77,7 +77,7 @@ class PartitionLeases:
         A first beat that fails once the store answered the seeding (a backend terminated
         or a restart under way) does not fail the pod's start: the heartbeat loop beats
         again (every step of a beat is safe to repeat), as after any beat that failed."""
-        await self.store.seed_partitions(self.partitions)
+        await self.store.coordination.seed_partitions(self.partitions)
         try:
             await self.tick()
         except Exception:
@@ -98,12 +98,12 @@ class PartitionLeases:
         self._stop.set()
 
     async def tick(self) -> None:
-        """One heartbeat (one `store.beat`: liveness, renewals, the live pods and the
+        """One heartbeat (one `store.coordination.beat`: liveness, renewals, the live pods and the
         lease rows), then rebalance toward the fair share."""
         now = self.clock.now()
         until = now + timedelta(seconds=self.settings.partition_lease_s)
         since = now - timedelta(seconds=self.settings.worker_live_s)
-        beat = await self.store.beat(self.pod, now, sorted(self.owned), until, since)
+        beat = await self.store.coordination.beat(self.pod, now, sorted(self.owned), until, since)
         await self._renewed(beat.held, until)
         await self._rebalance(beat, now, until)
         self.observers.partitions_owned(self.pod, len(self.owned))
@@ -146,7 +146,9 @@ class PartitionLeases:
             try:
                 while free and len(self.owned) < target:
                     ask, free = free[: target - len(self.owned)], free[target - len(self.owned) :]
-                    for partition in await self.store.take_partitions(ask, self.pod, now, until):
+                    for partition in await self.store.coordination.take_partitions(
+                        ask, self.pod, now, until
+                    ):
                         self.owned[partition] = until
                         taken.append(partition)
             except Exception:  # a slice that failed does not hide the slices taken before it
@@ -160,11 +162,11 @@ class PartitionLeases:
                 if self.listener.busy(partition):
                     continue  # never release a partition with a batch in progress
                 await self.listener.release(partition)
-                await self.store.release_partitions(self.pod, [partition])
+                await self.store.coordination.release_partitions(self.pod, [partition])
                 self.owned.pop(partition, None)
         unwanted = [partition for partition in adopt if partition not in self.owned]
         if unwanted:  # beyond the share: free them now rather than when they expire
-            await self.store.release_partitions(self.pod, unwanted)
+            await self.store.coordination.release_partitions(self.pod, unwanted)
 
     async def release_all(self) -> None:
         """Clean shutdown: stop every partition, release the leases, drop liveness.
@@ -175,8 +177,8 @@ class PartitionLeases:
         for partition in sorted(self.owned):
             await self.listener.release(partition)
         try:
-            await self.store.release_partitions(self.pod, range(self.partitions))
+            await self.store.coordination.release_partitions(self.pod, range(self.partitions))
             self.owned.clear()
         finally:  # the liveness row goes even when the release failed (its leases expire)
-            await self.store.remove_worker(self.pod)
+            await self.store.coordination.remove_worker(self.pod)
         self.observers.partitions_owned(self.pod, 0)

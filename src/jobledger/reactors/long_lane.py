@@ -120,7 +120,7 @@ class LongLane:
         if quiet and (self._due is None or self._due > now):
             due = self._due
         else:
-            due = self._due = await self.store.next_due([], Lane.LONG)
+            due = self._due = await self.store.queue.next_due([], Lane.LONG)
             now = self.clock.now()  # after the read: the clock may have moved meanwhile
         if due is not None and due > now:
             timeout = min(timeout, (due - now).total_seconds())
@@ -155,12 +155,12 @@ class LongLane:
         room = min(self.settings.long_batch, self.max_running - len(self.current))
         if room <= 0 or self.stopping:
             return []
-        candidates = await self.store.long_candidates(
+        candidates = await self.store.queue.long_candidates(
             now, limit=self.settings.long_batch * CANDIDATE_FACTOR
         )
         if not candidates:
             return []
-        codes = await self.store.running_codes(now)
+        codes = await self.store.queue.running_codes(now)
         views = self._views(candidates)
         picked = pick_long(candidates, now, views, codes, room)
         if not picked:
@@ -195,7 +195,7 @@ class LongLane:
                 )
                 outcome = Outcome(change, "claimed")
             decided.append((job, outcome))
-        flags = await self.store.apply([o.change for _, o in decided])
+        flags = await self.store.writes.apply([o.change for _, o in decided])
         claimed: list[Job] = []
         for (job, outcome), ok in zip(decided, flags, strict=True):
             if not ok:
@@ -240,7 +240,7 @@ class LongLane:
             async with self._lock:
                 latest = self.current.pop(row.id, row)
                 outcome = self.outcomes.judge(target, latest, run)
-                (ok,) = await self.store.apply([outcome.change])
+                (ok,) = await self.store.writes.apply([outcome.change])
             self.outcomes.finish(latest, run, outcome, ok)
             if not ok:  # the claim was taken over: this run still goes in the log
                 await self.outcomes.record_lost(latest, run, outcome, self.pod)
@@ -264,7 +264,7 @@ class LongLane:
                 stamp = Stamp(self.clock.now(), SYSTEM, None)
                 changes = [job_commands.renew_lease(r, lease=lease, stamp=stamp) for r in rows]
                 try:
-                    flags = await self.store.apply(changes)
+                    flags = await self.store.writes.apply(changes)
                 except Exception:
                     logger.exception("long lane: lease renewal failed; retrying next beat")
                     continue

@@ -153,9 +153,9 @@ class OutcomePath:
         stamp = Stamp(self.engine.clock.now(), SYSTEM, job.trace_id)
         try:
             for _ in range(3):  # a compare-and-set too: retry when the stream moved on
-                if await store.get_job(job.id) is not None:
+                if await store.admin.get_job(job.id) is not None:
                     return
-                history = await store.read_stream(job.stream)
+                history = await store.log.read_stream(job.stream)
                 if not history:
                     return
                 change = job_outcomes.redelivered(
@@ -168,7 +168,7 @@ class OutcomePath:
                     label=outcome.label,
                     stamp=stamp,
                 )
-                (ok,) = await store.apply([change])
+                (ok,) = await store.writes.apply([change])
                 if ok:
                     return
             run_log.info("job %s: a late run by %s was not recorded in the log", job.id, pod)

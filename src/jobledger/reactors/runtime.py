@@ -27,7 +27,7 @@ from jobledger.reactors.leases import PartitionLeases, make_pod_id
 from jobledger.reactors.long_lane import LongLane
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.pause import PauseMap
-from jobledger.storage.port import Wake
+from jobledger.storage.feed import Wake
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine

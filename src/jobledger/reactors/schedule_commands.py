@@ -32,13 +32,13 @@ class ScheduleCommands:
     _wake: asyncio.Event
 
     async def get(self, code: str) -> Schedule:
-        row = await self.store.get_schedule(code)
+        row = await self.store.admin.get_schedule(code)
         if row is None:
             raise NotFound(f"schedule {code!r} not found")
         return row
 
     async def list(self) -> Sequence[Schedule]:
-        return await self.store.list_schedules()
+        return await self.store.admin.list_schedules()
 
     async def enable(self, code: str, actor: Actor | None = None) -> Schedule:
         """disabled → enabled: next_run_at = next slot after now (missed slots dropped)."""
@@ -69,14 +69,14 @@ class ScheduleCommands:
         who = actor if actor is not None else ctx.actor
         trace = ctx.trace_id or context.new_trace_id()
         for _ in range(CAS_RETRIES):
-            row = await self.store.get_schedule(code)
+            row = await self.store.admin.get_schedule(code)
             if row is None and not missing_ok:
                 raise NotFound(f"schedule {code!r} not found")
             change = build(row, Stamp(self.clock.now(), who, trace))
             if change is None:
                 assert row is not None
                 return row
-            if (await self.store.apply([change]))[0]:
+            if (await self.store.writes.apply([change]))[0]:
                 self._wake.set()
                 assert isinstance(change.row, Schedule)
                 return change.row

@@ -40,8 +40,8 @@ from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
 from jobledger.domain.timeutil import at_ms
 from jobledger.reactors.schedule_commands import CAS_RETRIES, ScheduleCommands
 from jobledger.reactors.waiting import wait_for
-from jobledger.storage.feed import Subscription
-from jobledger.storage.port import JobFilter, Wake
+from jobledger.storage.feed import Subscription, Wake
+from jobledger.storage.port import JobFilter
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -181,7 +181,7 @@ class Scheduler(ScheduleCommands):
         now = self.clock.now()
         applied: list[schedule_tick.TickPlan] = []
         earliest: datetime | None = None
-        for row in await self.store.list_schedules():
+        for row in await self.store.admin.list_schedules():
             if row.code not in self._declared:
                 continue  # a code this build does not declare: no handler here to run it
             plan, row = await self._tick_one(row, now)
@@ -202,7 +202,7 @@ class Scheduler(ScheduleCommands):
                 plan = self._plan(row, now, None)
             if plan is None:
                 return None, row
-            flags = await self.store.apply(plan.changes)
+            flags = await self.store.writes.apply(plan.changes)
             if flags[0]:
                 self._report(plan, job_written=len(flags) > 1 and flags[1])
                 assert isinstance(plan.schedule.row, Schedule)
@@ -217,7 +217,7 @@ class Scheduler(ScheduleCommands):
                     row.code,
                     plan.slot,
                 )
-            fresh = await self.store.get_schedule(row.code)
+            fresh = await self.store.admin.get_schedule(row.code)
             if fresh is None:
                 return None, row
             row = fresh
@@ -272,7 +272,7 @@ class Scheduler(ScheduleCommands):
         """
         declaration = self._declared[code]
         now = self.clock.now()
-        row = await self.store.get_schedule(code)
+        row = await self.store.admin.get_schedule(code)
         policy = row.missed_slot_policy if row else declaration.spec.missed_slot_policy
         slot = schedule_slot_run.slot_of(job)
         newer = False
@@ -291,7 +291,7 @@ class Scheduler(ScheduleCommands):
         return result
 
     async def _newer_slot_pending(self, code: str, job: Job, slot: datetime) -> bool:
-        rows, _ = await self.store.list_jobs(
+        rows, _ = await self.store.admin.list_jobs(
             JobFilter(code=code, status=JobStatus.PENDING, target=schedule_target(code)),
             offset=0,
             limit=NEWER_SLOT_SCAN,

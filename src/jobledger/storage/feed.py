@@ -1,4 +1,5 @@
-"""An in-process change feed: wake-up hints fanned out to every subscriber.
+"""The change feed: the wake-up hint a commit publishes (`Wake`), fanned out in process
+to every subscriber.
 
 Hints coalesce: a subscriber that is busy gets one merged `Wake` when it next reads,
 never an unbounded backlog. Adapters with an out-of-process feed (NOTIFY, change
@@ -15,12 +16,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from jobledger.domain.jobs import Change, Job
-from jobledger.storage.port import EVERYTHING, Wake
+from jobledger.domain.jobs import Change, Job, Lane
 
 logger = logging.getLogger("jobledger.storage")
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """A hint from the change feed. The database stays the truth.
+
+    `partitions` None means "anything may have changed" (after a reconnect, or from
+    a store that cannot tell); `schedules` says a schedule row changed.
+    """
+
+    partitions: frozenset[int] | None = None
+    lanes: frozenset[Lane] | None = None
+    schedules: bool = False
+    #: rows the commit opened, as it wrote them (a single enqueue on PostgreSQL): an
+    #: idle fast-lane worker may mark one through `Writes.mark_first` without a read
+    jobs: tuple[Job, ...] = ()
+
+
+EVERYTHING = Wake(None, None, True)
 
 #: rows a merged hint keeps (`Wake.jobs`); past this the subscriber reads
 MAX_HINTED_JOBS = 32

@@ -1,18 +1,27 @@
-"""The storage port: the narrow interface every adapter implements.
+"""The storage port: a store is the bundle of narrow role interfaces, each named by what
+its callers need, plus its life cycle and its change feed.
 
-It is named by what the engine needs — append with the inline projection, claim,
-lease, renew, release, read, feed — not by generic CRUD. The semantics live in the
-pure domain; an adapter only has to:
+    store.writes        Writes           business transactions, append_in, apply (the CAS)
+    store.queue         QueueReads       what the lanes read to find work
+    store.coordination  Coordination     partition leases and pod liveness (plain rows)
+    store.log           LogReads         the log, by stream and by position
+    store.admin         AdminReads       job and schedule rows by id, listed, dedupe holders
+    store.retention     Retention        the archive's cut: closed streams, their removal
+    store.projections   ProjectionState  checkpoints and the rebuilt inline read models
+
+A caller takes the narrowest role it needs. The semantics live in the pure domain; an
+adapter only has to:
 
 * apply `Change`s atomically: append the events and write the row they leave,
   **only if** the stream is still at `expected_version` (a compare-and-set), and for
   a new job only if its `dedupe_key` was never seen in the log. A change that loses is
   dropped on its own; the others in the same call still commit;
 * keep the queue's indexes so the lane reads stay flat as the backlog grows;
-* hand out log positions that readers never skip (commit order, see `read_log`);
-* wake the lanes through `feed()` when work is committed.
+* hand out log positions that readers never skip (commit order, see `LogReads.read_log`);
+* wake the lanes through `Store.feed()` when work is committed.
 
-`tests/contract/` is the behaviour suite every adapter passes.
+Method names are unique across the roles. `tests/contract/` is the behaviour suite
+every adapter passes, one folder per role.
 """
 
 from __future__ import annotations
@@ -22,28 +31,26 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobledger.domain.chain import LogRow, event_row
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedule_row import Schedule
+from jobledger.storage.feed import Subscription
 
-# the transaction handle lives in its own module; imported from here as before
+# the handle `Writes.transaction()` yields, and the helpers every adapter's write path uses
 from jobledger.storage.transaction import Transaction as Transaction
 from jobledger.storage.transaction import native_handle as native_handle
 from jobledger.storage.transaction import run_after_commit as run_after_commit
-
-if TYPE_CHECKING:
-    from jobledger.storage.feed import Subscription
 
 
 @dataclass(frozen=True, slots=True)
 class LeaseGuard:
     """Apply job changes only for partitions `pod` still holds at `now`.
 
-    Used for the fast lane's in-flight marks: a pod that lost a partition's lease
-    must not send another row of it (reference §9 "pod stalls past its lease").
+    Used for the fast lane's in-flight marks: a pod that lost a partition's lease (it
+    stalled past it) must not send another row of it.
     """
 
     pod: str
@@ -66,49 +73,18 @@ class PartitionLease:
 
 
 @dataclass(frozen=True, slots=True)
-class Wake:
-    """A hint from the change feed. The database stays the truth.
-
-    `partitions` None means "anything may have changed" (after a reconnect, or from
-    a store that cannot tell); `schedules` says a schedule row changed.
-    """
-
-    partitions: frozenset[int] | None = None
-    lanes: frozenset[Lane] | None = None
-    schedules: bool = False
-    #: rows the commit opened, as it wrote them (a single enqueue on PostgreSQL): an
-    #: idle fast-lane worker may mark one through `Store.mark_first` without a read
-    jobs: tuple[Job, ...] = ()
-
-
-EVERYTHING = Wake(None, None, True)
-
-
-@dataclass(frozen=True, slots=True)
 class Beat:
-    """What one heartbeat of a pod reads back (`Store.beat`)."""
+    """What one heartbeat of a pod reads back (`Coordination.beat`)."""
 
     held: list[int]  # of the partitions it renewed, those it still holds
     live: list[str]  # pods whose heartbeat is newer than `live_since`
     leases: list[PartitionLease]  # every lease row, after the renewal
 
 
-class Store(abc.ABC):
-    """One database. Every method is safe to call from several pods at once."""
+class Writes(abc.ABC):
+    """The write path: business transactions, new jobs inside them, and the engine's
+    compare-and-set of changes. Every method is safe to call from several pods at once."""
 
-    name: str = "store"
-    #: log positions are assigned in commit order by construction
-    partitions: int = 64
-
-    # --- life cycle --------------------------------------------------------------------
-    @abc.abstractmethod
-    async def open(self) -> None:
-        """Connect and make sure the schema exists (idempotent migrations)."""
-
-    @abc.abstractmethod
-    async def close(self) -> None: ...
-
-    # --- writes ------------------------------------------------------------------------
     @abc.abstractmethod
     def transaction(self) -> AbstractAsyncContextManager[Transaction]:
         """Open a business transaction on this store: commit on exit, roll back on error,
@@ -133,7 +109,7 @@ class Store(abc.ABC):
         """The id of the job that holds each of the dedupe `keys` in the log, read inside
         `tx` (so a job enqueued earlier in the same transaction counts); keys nobody
         holds are left out. `enqueue` asks after a dedupe hit, so the caller learns
-        which job it is (issue 20 item 8). Reads only: never aborts `tx`."""
+        which job it is. Reads only: never aborts `tx`."""
 
     @abc.abstractmethod
     async def next_version(self, tx: Any, key: str) -> int:
@@ -144,13 +120,6 @@ class Store(abc.ABC):
         `run_in_transaction` to retry), so a key's numbers follow commit order.
         Coordination state, like a lease: no event; the number is recorded where it is
         used, in a JobEnqueued's `version`."""
-
-    async def dedupe_holder(self, key: str) -> str | None:
-        """The id of the job that holds dedupe `key` in the committed log, or None — a
-        read for admins and tools, outside any caller's transaction. Stores whose
-        `transaction()` takes a write lock (SQLite) read without one."""
-        async with self.transaction() as tx:
-            return (await self.dedupe_holders(native_handle(tx), [key])).get(key)
 
     @abc.abstractmethod
     async def apply(
@@ -173,13 +142,17 @@ class Store(abc.ABC):
         check that; the lane then reads the partition."""
         return False
 
-    # --- the queue (reads for the lanes) -------------------------------------------------
+
+class QueueReads(abc.ABC):
+    """What the lanes read to find work, each read served by an index of the queue."""
+
     @abc.abstractmethod
     async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
         """PENDING fast-lane rows of `partition` in (order key, version, id) order.
 
         Keyset paging: rows whose order key is greater than `after_key`. Served by an
-        index on (partition, order key, version) of PENDING fast rows (closes G10)."""
+        index on (partition, order key, version) of PENDING fast rows, so a page costs
+        the same however long the backlog is."""
 
     @abc.abstractmethod
     async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
@@ -194,12 +167,35 @@ class Store(abc.ABC):
     async def inflight(self, partition: int) -> list[Job]:
         """Fast rows of `partition` carrying an in-flight mark."""
 
+    async def inflight_in(self, partitions: Sequence[int]) -> list[Job]:
+        """`inflight` of each of `partitions` (a takeover reads them in one call; this
+        default reads them one by one)."""
+        rows: list[Job] = []
+        for partition in partitions:
+            rows += await self.inflight(partition)
+        return rows
+
     @abc.abstractmethod
     async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
         """Earliest `next_run_at` of PENDING rows (in `partitions` for the fast lane),
         so a worker arms a timer instead of polling."""
 
-    # --- coordination: partition leases and liveness (plain rows, no events) -------------
+    async def pending_partitions(
+        self, partitions: Sequence[int], *, due_by: datetime | None
+    ) -> list[int]:
+        """Of `partitions`, those with a PENDING fast-lane row (due by `due_by` when it
+        is given): the partition workers a pod's safety poll wakes."""
+        found: list[int] = []
+        for partition in partitions:
+            due = await self.next_due([partition], Lane.FAST)
+            if due is not None and (due_by is None or due <= due_by):
+                found.append(partition)
+        return found
+
+
+class Coordination(abc.ABC):
+    """Partition leases and pod liveness: plain compare-and-set rows, no events."""
+
     @abc.abstractmethod
     async def seed_partitions(self, count: int) -> None:
         """Create the `count` lease rows once, even when several pods race on an empty
@@ -233,9 +229,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def release_partitions(self, pod: str, partitions: Sequence[int]) -> None: ...
 
-    # --- batched forms: one call per heartbeat, takeover and safety poll ------------------
-    # The defaults below compose the single-row methods; a store whose round trips are
-    # worth saving (PostgreSQL) overrides them with one statement each.
+    # The batched forms below (one call per heartbeat and per takeover) compose the
+    # single-row methods; a store whose round trips are worth saving (PostgreSQL)
+    # overrides them with one statement each.
     async def beat(
         self,
         pod: str,
@@ -257,26 +253,58 @@ class Store(abc.ABC):
         pod is taking at this very moment may be skipped rather than waited for)."""
         return [p for p in partitions if await self.take_partition(p, pod, now, until)]
 
-    async def inflight_in(self, partitions: Sequence[int]) -> list[Job]:
-        """`inflight` of each of `partitions`."""
-        rows: list[Job] = []
-        for partition in partitions:
-            rows += await self.inflight(partition)
-        return rows
 
-    async def pending_partitions(
-        self, partitions: Sequence[int], *, due_by: datetime | None
-    ) -> list[int]:
-        """Of `partitions`, those with a PENDING fast-lane row (due by `due_by` when it
-        is given): the partition workers a pod's safety poll wakes."""
-        found: list[int] = []
-        for partition in partitions:
-            due = await self.next_due([partition], Lane.FAST)
-            if due is not None and (due_by is None or due <= due_by):
-                found.append(partition)
+class LogReads(abc.ABC):
+    """The log: streams, events at given places, and pages in position order."""
+
+    @abc.abstractmethod
+    async def read_stream(self, stream: str) -> list[Event]: ...
+
+    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
+        """The events at the given (stream, version) places that exist, in any order.
+
+        Projections that need a job's target and code (only its JobEnqueued, version 1,
+        carries them) or the event before the first one of a page look them up here, one round
+        trip per page, instead of keeping a map per open job. Adapters serve it from their
+        (stream, version) unique index; this default reads the streams one by one."""
+        wanted = set(keys)
+        found: list[Event] = []
+        for stream in sorted({stream for stream, _ in wanted}):
+            found.extend(e for e in await self.read_stream(stream) if (stream, e.version) in wanted)
         return found
 
-    # --- read models ---------------------------------------------------------------------
+    @abc.abstractmethod
+    async def read_log(self, after: int, *, limit: int) -> list[Event]:
+        """Events with a position greater than `after`, in position order.
+
+        Never returns an event while an event with a smaller position may still commit: a
+        reader that saves the last position it saw never skips a late-committing
+        transaction."""
+
+    async def read_log_rows(self, after: int, *, limit: int) -> list[LogRow]:
+        """`read_log`'s events as `domain.chain.LogRow` tuples, what `verify` checks.
+
+        Same events, same order, same guarantee; adapters read them straight from their
+        rows without building an `Event` each. This default converts `read_log`'s."""
+        return [event_row(event) for event in await self.read_log(after, limit=limit)]
+
+    async def read_log_by_stream(self, after: tuple[str, int], *, limit: int) -> list[Event] | None:
+        """`limit` events after (stream, version) `after`, in that order, streams by code point
+        (replay's read, off the unique index); None (default): replay sorts the log itself."""
+        return None
+
+    @abc.abstractmethod
+    async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
+        """The `limit` events with a position smaller than `before` (None: from the newest),
+        newest first, by the position index: the admin's browse of finished jobs pages back
+        through the log with it. Unlike `read_log` it may show an event while a smaller
+        position is still to commit: fine for a browse, not for a projection."""
+
+
+class AdminReads(abc.ABC):
+    """The inline read models as the admin API shows them: a job or schedule by its id,
+    the jobs listed by keyset, the schedules, and who holds a dedupe key."""
+
     @abc.abstractmethod
     async def get_job(self, job_id: str) -> Job | None: ...
 
@@ -301,60 +329,23 @@ class Store(abc.ABC):
         for a full `count(*)`."""
 
     @abc.abstractmethod
-    async def all_jobs(self) -> list[Job]: ...
-
-    @abc.abstractmethod
     async def get_schedule(self, code: str) -> Schedule | None: ...
 
     @abc.abstractmethod
     async def list_schedules(self) -> list[Schedule]:
         """Sorted by code."""
 
-    # --- the log -------------------------------------------------------------------------
     @abc.abstractmethod
-    async def read_stream(self, stream: str) -> list[Event]: ...
+    async def dedupe_holder(self, key: str) -> str | None:
+        """The id of the job that holds dedupe `key` in the committed log, or None — a
+        read for admins and tools, outside any caller's transaction (and without the
+        write lock a SQLite transaction takes)."""
 
-    async def read_events_at(self, keys: Sequence[tuple[str, int]]) -> list[Event]:
-        """The events at the given (stream, version) places that exist, in any order.
 
-        Projections that need a job's target and code (only its JobEnqueued, version 1,
-        carries them) or the event before the first one of a page look them up here, one round
-        trip per page, instead of keeping a map per open job. Adapters serve it from their
-        (stream, version) unique index; this default reads the streams one by one."""
-        wanted = set(keys)
-        found: list[Event] = []
-        for stream in sorted({stream for stream, _ in wanted}):
-            found.extend(e for e in await self.read_stream(stream) if (stream, e.version) in wanted)
-        return found
+class Retention(abc.ABC):
+    """The log archive's cut: which closed job streams may go, and their removal. Kept
+    apart from `LogReads` so that readers of the log hold no role that deletes it."""
 
-    @abc.abstractmethod
-    async def read_log(self, after: int, *, limit: int) -> list[Event]:
-        """Events with a position greater than `after`, in position order.
-
-        Never returns an event while an event with a smaller position may still commit: a
-        reader that saves the last position it saw never skips a late-committing transaction
-        (field notes §9)."""
-
-    async def read_log_rows(self, after: int, *, limit: int) -> list[LogRow]:
-        """`read_log`'s events as `domain.chain.LogRow` tuples, what `verify` checks.
-
-        Same events, same order, same guarantee; adapters read them straight from their
-        rows without building an `Event` each. This default converts `read_log`'s."""
-        return [event_row(event) for event in await self.read_log(after, limit=limit)]
-
-    async def read_log_by_stream(self, after: tuple[str, int], *, limit: int) -> list[Event] | None:
-        """`limit` events after (stream, version) `after`, in that order, streams by code point
-        (replay's read, off the unique index); None (default): replay sorts the log itself."""
-        return None
-
-    @abc.abstractmethod
-    async def read_log_newest(self, before: int | None, *, limit: int) -> list[Event]:
-        """The `limit` events with a position smaller than `before` (None: from the newest),
-        newest first, by the position index: the admin's browse of finished jobs pages back
-        through the log with it. Unlike `read_log` it may show an event while a smaller
-        position is still to commit: fine for a browse, not for a projection."""
-
-    # --- log retention (the archive) ------------------------------------------------------
     @abc.abstractmethod
     async def closed_streams(self, before: datetime, *, limit: int) -> list[str]:
         """Job streams that have left the queue (no read-model row) and whose newest event is
@@ -367,7 +358,12 @@ class Store(abc.ABC):
         returns how many events were removed. Other events keep their positions. Their
         dedupe keys are forgotten with them: the dedupe window is the log's retention."""
 
-    # --- checkpointed projections --------------------------------------------------------
+
+class ProjectionState(abc.ABC):
+    """What projections keep besides the log: the checkpoints of checkpointed projections
+    (position and state), and the inline read models rebuilt from the log by
+    `replay --apply`. Both are derived from the log and written only by projection code."""
+
     @abc.abstractmethod
     async def load_checkpoint(self, name: str) -> tuple[int, Any]:
         """(position, state) saved by `save_checkpoint`, or (0, None)."""
@@ -375,12 +371,32 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def save_checkpoint(self, name: str, position: int, state: Any) -> None: ...
 
-    # --- rebuilding the inline read models (replay --apply) -------------------------------
     @abc.abstractmethod
     async def replace_read_models(self, jobs: Sequence[Job], schedules: Sequence[Schedule]) -> None:
         """Swap the jobs and schedules read models for the given rows, atomically."""
 
-    # --- the change feed -----------------------------------------------------------------
+
+class Store(abc.ABC):
+    """One database: its roles, its life cycle and its change feed."""
+
+    name: str = "store"
+    partitions: int = 64
+
+    writes: Writes
+    queue: QueueReads
+    coordination: Coordination
+    log: LogReads
+    admin: AdminReads
+    retention: Retention
+    projections: ProjectionState
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and make sure the schema exists (idempotent migrations)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
     @abc.abstractmethod
     def feed(self) -> Subscription:
         """Wake-up hints after commits, from this process and from others; every commit

@@ -77,8 +77,8 @@ def open_store(
         return SqliteStore(sqlite_path(url), partitions=partitions)
     try:
         if scheme in ("postgres", "postgresql"):
-            from jobledger.storage.pg_url import store_schema
             from jobledger.storage.postgres import PostgresStore
+            from jobledger.storage.postgres.url import store_schema
 
             dsn, named = store_schema(url, schema)
             return PostgresStore(dsn, partitions=partitions, schema=named or "jobledger")

@@ -32,7 +32,7 @@ async def events(request: Request, principal: Principal) -> dict[str, Any]:
     """The log after position `after`, oldest first; `next` is the cursor to pass on."""
     after = int_param(request, "after", 0, minimum=0, maximum=MAX_POSITION)
     limit = int_param(request, "limit", 100, minimum=1, maximum=MAX_EVENTS)
-    page = await services(request).store.read_log(after, limit=limit)
+    page = await services(request).store.log.read_log(after, limit=limit)
     last = page[-1].position if page else None
     return {
         "data": [event_json(e) for e in page],

@@ -24,7 +24,7 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     store = services(request).store
     try:
-        await asyncio.wait_for(store.get_job(PROBE_ID), READY_TIMEOUT_S)
+        await asyncio.wait_for(store.admin.get_job(PROBE_ID), READY_TIMEOUT_S)
     except Exception as exc:
         logger.warning("readiness probe failed: %s: %s", type(exc).__name__, exc)
         return error_response(503, "not_ready", [f"store {store.name} is not reachable"])

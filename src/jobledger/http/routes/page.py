@@ -57,7 +57,7 @@ async def schedules_page(request: Request) -> Response:
     principal = await principal_of(request)
     if principal is None:
         return login_redirect(request)
-    rows = await services(request).store.list_schedules()
+    rows = await services(request).store.admin.list_schedules()
     return render(
         request,
         "schedules.html",

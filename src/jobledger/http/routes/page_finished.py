@@ -68,10 +68,10 @@ async def find_page(request: Request) -> Response:
     store = services(request).store
     job_id: str | None = None
     if wanted and "\x00" not in wanted:
-        if is_job_id(wanted) and await store.read_stream(jobs.job_stream(wanted)):
+        if is_job_id(wanted) and await store.log.read_stream(jobs.job_stream(wanted)):
             job_id = wanted
         else:
-            job_id = await store.dedupe_holder(wanted)
+            job_id = await store.admin.dedupe_holder(wanted)
     if job_id is None:
         return error_page(
             request, principal, 404, "Not found", "No job has this id or dedupe key in the log."

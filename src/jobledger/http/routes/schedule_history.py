@@ -53,7 +53,7 @@ async def schedule_page(request: Request) -> Response:
         return error_page(request, principal, exc.status, "Not found", exc.message)
     except ApiError as exc:
         return error_page(request, principal, exc.status, "Bad request", "; ".join(exc.messages))
-    row = await services(request).store.get_schedule(page["code"])
+    row = await services(request).store.admin.get_schedule(page["code"])
     return render(
         request,
         "schedule.html",

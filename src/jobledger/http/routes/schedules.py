@@ -25,7 +25,7 @@ def _admin(request: Request) -> ScheduleAdmin:
 
 @api()
 async def list_schedules(request: Request, principal: Principal) -> list[dict[str, Any]]:
-    return [schedule_json(s) for s in await services(request).store.list_schedules()]
+    return [schedule_json(s) for s in await services(request).store.admin.list_schedules()]
 
 
 @api(write=True)

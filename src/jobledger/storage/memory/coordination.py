@@ -1,49 +1,41 @@
-"""The memory store's coordination state: partition leases and live workers."""
+"""The memory store's coordination rows: partition leases and live workers."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 
-from jobledger.storage.port import LeaseGuard, PartitionLease
+from jobledger.storage.memory.tables import MemoryTables
+from jobledger.storage.port import Coordination, PartitionLease
 
 
-class MemoryCoordination:
+class MemoryCoordination(Coordination):
     """Leases of the hash partitions and the workers' heartbeats, in two dictionaries."""
 
-    def __init__(self) -> None:
-        self.leases_: dict[int, PartitionLease] = {}
-        self.workers: dict[str, datetime] = {}
-
-    def _holds(self, guard: LeaseGuard, partition: int) -> bool:
-        lease = self.leases_.get(partition)
-        return bool(
-            lease
-            and lease.owner == guard.pod
-            and lease.lease_until is not None
-            and lease.lease_until > guard.now
-        )
+    def __init__(self, tables: MemoryTables) -> None:
+        self.tables = tables
 
     async def seed_partitions(self, count: int) -> None:
         for p in range(count):
-            self.leases_.setdefault(p, PartitionLease(p, None, None))
+            self.tables.leases.setdefault(p, PartitionLease(p, None, None))
 
     async def heartbeat(self, pod: str, now: datetime) -> None:
-        self.workers[pod] = now
+        self.tables.workers[pod] = now
 
     async def remove_worker(self, pod: str) -> None:
-        self.workers.pop(pod, None)
+        self.tables.workers.pop(pod, None)
 
     async def live_workers(self, since: datetime) -> list[str]:
-        return sorted(p for p, at in self.workers.items() if at > since)
+        return sorted(p for p, at in self.tables.workers.items() if at > since)
 
     async def leases(self) -> list[PartitionLease]:
-        return [self.leases_[p] for p in sorted(self.leases_)]
+        leases = self.tables.leases
+        return [leases[p] for p in sorted(leases)]
 
     async def take_partition(
         self, partition: int, pod: str, now: datetime, until: datetime
     ) -> bool:
-        lease = self.leases_.get(partition)
+        lease = self.tables.leases.get(partition)
         if lease is None:
             return False
         free = (
@@ -52,27 +44,29 @@ class MemoryCoordination:
             or (lease.lease_until is not None and lease.lease_until <= now)
         )
         if free:
-            self.leases_[partition] = PartitionLease(partition, pod, until)
+            self.tables.leases[partition] = PartitionLease(partition, pod, until)
         return free
 
     async def renew_partitions(
         self, pod: str, partitions: Sequence[int], now: datetime, until: datetime
     ) -> list[int]:
+        leases = self.tables.leases
         held = []
         for p in partitions:
-            lease = self.leases_.get(p)
+            lease = leases.get(p)
             if (
                 lease
                 and lease.owner == pod
                 and lease.lease_until is not None
                 and lease.lease_until > now
             ):
-                self.leases_[p] = PartitionLease(p, pod, until)
+                leases[p] = PartitionLease(p, pod, until)
                 held.append(p)
         return held
 
     async def release_partitions(self, pod: str, partitions: Sequence[int]) -> None:
+        leases = self.tables.leases
         for p in partitions:
-            lease = self.leases_.get(p)
+            lease = leases.get(p)
             if lease and lease.owner == pod:
-                self.leases_[p] = PartitionLease(p, None, None)
+                leases[p] = PartitionLease(p, None, None)

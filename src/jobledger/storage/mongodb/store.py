@@ -27,7 +27,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedule_row import Schedule
-from jobledger.storage.feed import LocalFeed, Subscription, wake_of
+from jobledger.storage.feed import EVERYTHING, LocalFeed, Subscription, wake_of
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb import codec, metrics, rebuild, transactions
 from jobledger.storage.mongodb.codec import Client, Database, Doc, majority, transaction_options
@@ -39,12 +39,18 @@ from jobledger.storage.mongodb.url_options import dead_ttl, split_dead_ttl
 from jobledger.storage.mongodb.watch import ChangeWatcher
 from jobledger.storage.mongodb.writes import dedupe_holders, next_version, write_changes
 from jobledger.storage.port import (
-    EVERYTHING,
+    AdminReads,
+    Coordination,
     JobFilter,
     LeaseGuard,
+    LogReads,
     PartitionLease,
+    ProjectionState,
+    QueueReads,
+    Retention,
     Store,
     Transaction,
+    Writes,
     native_handle,
     run_after_commit,
 )
@@ -53,13 +59,24 @@ from jobledger.storage.rows import as_utc
 T = TypeVar("T")
 
 
-class MongoStore(Store):
+class MongoStore(
+    Store,
+    Writes,
+    QueueReads,
+    Coordination,
+    LogReads,
+    AdminReads,
+    Retention,
+    ProjectionState,
+):
     """The store on a MongoDB replica set (6.0 or later).
 
     Give it a URL (the store opens and closes its own client) or the application's own
     `AsyncMongoClient` (`client=`; the store never closes it) and a `database` name.
     `dead_ttl_seconds` (or the URL's `dead_ttl_seconds=`) adds a server-side TTL on
     DEAD rows (`indexes.dead_ttl_spec`).
+
+    One object plays every role of the port (`store.writes is store`, and so on).
     """
 
     name = "mongodb"
@@ -93,6 +110,8 @@ class MongoStore(Store):
         )
         self._watch_task: asyncio.Task[None] | None = None
         self.sequencer = Sequencer(self.db, self._one_attempt)
+        self.writes = self.queue = self.coordination = self.log = self
+        self.admin = self.retention = self.projections = self
 
     # --- life cycle ---------------------------------------------------------------------
     async def open(self) -> None:
@@ -311,15 +330,18 @@ class MongoStore(Store):
         cursor = self.db.jobs.find(page_query).sort("_id", order).skip(offset).limit(limit)
         return [b.job_from_doc(d) async for d in cursor], int(total)
 
-    async def all_jobs(self) -> list[Job]:
-        return await self._jobs({}, [("_id", 1)])
-
     async def get_schedule(self, code: str) -> Schedule | None:
         doc = await self.db.schedules.find_one(b.by_id(code))
         return b.schedule_from_doc(doc) if doc else None
 
     async def list_schedules(self) -> list[Schedule]:
         return [b.schedule_from_doc(d) async for d in self.db.schedules.find({}).sort("_id", 1)]
+
+    async def dedupe_holder(self, key: str) -> str | None:
+        """The holder in the committed log (majority read concern), outside any session."""
+        query, projection = b.dedupe_query([key]), b.fields("stream")
+        doc = await majority(self.db.events).find_one(query, projection)
+        return None if doc is None else str(doc["stream"]).removeprefix("job:")
 
     # --- the log ---------------------------------------------------------------------------
     async def read_stream(self, stream: str) -> list[Event]:

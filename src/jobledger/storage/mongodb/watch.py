@@ -19,10 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobledger.domain.jobs import Lane
-from jobledger.storage.feed import LocalFeed
+from jobledger.storage.feed import EVERYTHING, LocalFeed, Wake
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb.codec import Database
-from jobledger.storage.port import EVERYTHING, Wake
 
 Doc = dict[str, Any]
 

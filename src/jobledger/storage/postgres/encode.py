@@ -1,4 +1,4 @@
-"""Changes as the JSON parameters of `Statements.apply` (pure: no I/O).
+"""Changes as the parameters of the PostgreSQL statements (`sql.py`; pure: no I/O).
 
 Rows go through `storage.rows` like every adapter's; this module only adds what the
 SQL needs: which change each row and event belongs to, the event slots (positions are
@@ -14,19 +14,23 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from jobledger.domain.events import GENESIS_HASH, Event, EventType, actor_json
-from jobledger.domain.jobs import Change, Job, JobStatus
+from jobledger.domain.jobs import Change, Job, JobStatus, Lane, apply, job_stream
 from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.timeutil import iso, parse_iso
 from jobledger.storage.jsontext import dumps, json_bytes
-from jobledger.storage.postgres.enqueue_statements import (
+from jobledger.storage.postgres.sql import (
+    EVENT_INSERT,
+    MAX_NOTIFY,
     ONE_EVENT_FIELDS,
     ONE_JOB_FIELDS,
     ROW_FROM_EVENT,
 )
-from jobledger.storage.postgres.mark_statement import hint_payload
-from jobledger.storage.postgres.sql_parts import EVENT_INSERT
 from jobledger.storage.rows import (
     JOB_FIELDS,
+    actor_from_json,
     dedupe_key_of,
     event_record,
     job_columns,
@@ -139,7 +143,7 @@ def one_params(change: Change) -> list[Any]:
     """The parameters of `Statements.enqueue_one` for a change that passes `opens_one`:
     the event's `ONE_EVENT_FIELDS`, the row's `ONE_JOB_FIELDS` (JSON columns as their
     text, the payload's the same as in the event's data, as `job_copy_row` writes it),
-    then the wake-up's payload (`mark_statement.hint_payload`: the event)."""
+    then the wake-up's payload (`hint_payload`: the event)."""
     event_columns = _first_event_columns(change, dumps)
     row = _one_job_columns(change.row)
     for k in _ONE_JSON:
@@ -225,7 +229,7 @@ def is_guarded_update(change: Change) -> bool:
 
 
 def guarded_update_params(change: Change, pod: str, now: datetime) -> list[Any]:
-    """The parameters of `Statements.guarded_update` (see `mark_statement`)."""
+    """The parameters of `Statements.guarded_update` (see `sql.guarded_update_sql`)."""
     job: Job = change.row
     transition = job_transition_dict(job)
     del transition["id"]
@@ -239,6 +243,13 @@ def guarded_update_params(change: Change, pod: str, now: datetime) -> list[Any]:
         *_first_event_columns(change, dumps),
         f'{{"p":[{change.partition}],"l":["{job.lane.value}"],"s":false}}',
     ]
+
+
+def first_mark_params(job: Job) -> list[Any]:
+    """What `Statements.first_mark` takes after `guarded_update_params`' expected stream
+    version: the chain check's row — its partition, order key, target, version (twice)
+    and id."""
+    return [job.partition, job.order_key.encode(), job.target, job.version, job.version, job.id]
 
 
 def _first_event_columns(change: Change, encode: Callable[[Any], Any]) -> tuple[Any, ...]:
@@ -337,3 +348,62 @@ def rounds(changes: Sequence[Change]) -> list[list[tuple[int, Change]]]:
             out.append([])
         out[k].append((index, change))
     return out
+
+
+# --- the single enqueue's wake-up hint ---------------------------------------------------
+# A single enqueue's NOTIFY carries the JobEnqueued it wrote (`hint_payload`), so the lane
+# of an idle partition folds it into the row (`hint_jobs`), plans on that row and marks
+# it through `Writes.mark_first` without reading the partition first.
+
+
+def hint_payload(change: Change, data: str) -> str:
+    """The NOTIFY payload of a single enqueue (`listen.parse_wake` reads it): the
+    partition and lane and, for a fast-lane job, its JobEnqueued (`"e"`: the event's
+    `data` as the statement writes it, its time, hash, trace and actor; the rest of a
+    job stream's first event is fixed) when the payload stays under PostgreSQL's limit.
+    The lane folds that event into the row the statement wrote (`hint_jobs`)."""
+    job: Job = change.row
+    plain = f'{{"p":[{job.partition}],"l":["{job.lane.value}"],"s":false'
+    if job.lane != Lane.FAST or len(data) > MAX_NOTIFY:
+        return plain + "}"
+    event = change.events[0]
+    hinted = {
+        "data": orjson.Fragment(data),
+        "at": iso(event.at),
+        "hash": event.hash,
+        "trace_id": event.trace_id,
+        "actor": actor_json(event.actor),
+    }
+    try:
+        text = orjson.dumps(hinted).decode()
+    except orjson.JSONEncodeError:  # a lone surrogate in the trace id
+        return plain + "}"
+    if len(text) + len(plain) + 8 > MAX_NOTIFY:
+        return plain + "}"
+    return f'{plain},"e":[{text}]}}'
+
+
+def hint_jobs(events: Any) -> tuple[Job, ...]:
+    """The rows the JobEnqueued events of a hint's `e` fold into (`jobs.apply`, as
+    every row is made); raises ValueError, KeyError or TypeError for one that is not."""
+    if not events:
+        return ()
+    return tuple(_folded(hinted) for hinted in events)
+
+
+def _folded(hinted: dict[str, Any]) -> Job:
+    data = hinted["data"]
+    event = Event(
+        job_stream(data["id"]),
+        1,
+        EventType.JOB_ENQUEUED,
+        data,
+        parse_iso(hinted["at"]),
+        actor_from_json(hinted.get("actor")),
+        hinted.get("trace_id"),
+        GENESIS_HASH,
+        hinted["hash"],
+    )
+    job = apply(None, event)
+    assert job is not None  # a JobEnqueued opens a row
+    return job

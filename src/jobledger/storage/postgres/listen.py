@@ -18,17 +18,16 @@ import psycopg
 
 from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Lane
-from jobledger.storage.feed import LocalFeed
+from jobledger.storage.feed import EVERYTHING, LocalFeed, Wake
 from jobledger.storage.jsontext import loads
-from jobledger.storage.port import EVERYTHING, Wake
-from jobledger.storage.postgres.mark_statement import hint_jobs
+from jobledger.storage.postgres.encode import hint_jobs
 
 logger = logging.getLogger("jobledger.storage.postgres")
 
 
 def parse_wake(payload: str) -> Wake:
     """A NOTIFY payload (`{"p": [...], "l": [...], "s": bool}`, with `"e": [event]`
-    after a single enqueue: `mark_statement.hint_payload`, or `*`) as a Wake."""
+    after a single enqueue: `encode.hint_payload`, or `*`) as a Wake."""
     if payload == "*":
         return EVERYTHING
     try:

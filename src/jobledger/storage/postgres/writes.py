@@ -1,29 +1,40 @@
-"""The write path of the PostgreSQL store: `apply`, `append_in` and the enqueue path.
+"""The write path of the PostgreSQL store: `apply`, `append_in`, the enqueue path and
+the first mark — and the same enqueue on a caller's **sync** psycopg `Connection`
+(Django, Flask, SQLAlchemy: `jobledger.integrations`).
 
-Each write call is one set-based statement (see `statements.py`), run in autocommit — a
-single statement is its own transaction — unless the call needs several statements or
+Each write call is one set-based statement (see `sql.py`), run in autocommit — a single
+statement is its own transaction — unless the call needs several statements or
 savepoints, when it opens an explicit transaction. A large enqueue batch inside a
 transaction is COPYed in a savepoint instead (`_copy`). See docs/postgres.md.
+
+The sync path runs the same statement and parameters as the async enqueue path
+(`Statements.enqueue` over `encode.opening_params`): the events with `ON CONFLICT DO
+NOTHING` on the dedupe index, the job rows and `pg_notify`, all on the caller's
+connection inside the caller's transaction. NOTIFY is transactional, so the workers are
+woken when — and only if — the caller commits. Nothing here commits a caller's
+transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import functools
+import weakref
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 
+from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.jobs import TRANSITION_FIELDS, Change
-from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
-from jobledger.storage.postgres import dedupe, encode, schema
-from jobledger.storage.postgres.base import Conn, PgBase
-from jobledger.storage.postgres.cursors import CursorCache
-from jobledger.storage.postgres.mark_statement import first_mark_params
-from jobledger.storage.postgres.wake_conn import WakeConnection
+from jobledger.storage.port import LeaseGuard, Transaction, Writes, native_handle, run_after_commit
+from jobledger.storage.postgres import encode, schema
+from jobledger.storage.postgres.connections import Conn, PgConnections
+from jobledger.storage.postgres.sql import Statements
 
 #: events one statement may carry: positions keep 20 bits for the ordinal in a transaction
 MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
@@ -31,6 +42,11 @@ MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
 #: from this many new jobs in one call inside a transaction, they are COPYed: measured
 #: faster from ~300 (~15-20% at 1,000), even at 200, slower at 100 (docs/postgres.md)
 COPY_FROM = 300
+
+
+def holders_of(rows: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The job id by dedupe key, from `Statements.dedupe_holders`' rows."""
+    return {key: stream.removeprefix("job:") for key, stream in rows}
 
 
 def _can_copy(conn: Conn) -> bool:
@@ -60,13 +76,14 @@ def _cursor(conn: Conn) -> psycopg.AsyncCursor[Any]:
     return psycopg.AsyncCursor(conn, row_factory=tuple_row)
 
 
-class WritePath(PgBase):
-    _wake: WakeConnection  # the wake path's own connection (`mark_first`)
-    _cursors: CursorCache  # the single enqueue's cursor per caller connection
+class PgWrites(Writes):
+    def __init__(self, connections: PgConnections, sql: Statements) -> None:
+        self.connections = connections
+        self.sql = sql
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
-        async with self.pool.connection() as conn:
+        async with self.connections.pool.connection() as conn:
             tx = Transaction(conn)
             async with conn.transaction():
                 yield tx
@@ -88,15 +105,15 @@ class WritePath(PgBase):
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         conn: Conn = native_handle(tx)
         async with _cursor(conn) as cur:
-            await cur.execute(dedupe.holders_sql(self.sql.schema), {"keys": list(keys)})
-            return dedupe.holders_of(await cur.fetchall())
+            await cur.execute(self.sql.dedupe_holders, {"keys": list(keys)})
+            return holders_of(await cur.fetchall())
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
     ) -> list[bool]:
         if not changes:
             return []
-        async with self.pool.connection() as conn:
+        async with self.connections.pool.connection() as conn:
             if guard is not None and len(changes) == 1 and encode.is_guarded_update(changes[0]):
                 # an at-most-once mark alone: one lean statement, its own transaction
                 params = encode.guarded_update_params(changes[0], guard.pod, guard.now)
@@ -114,13 +131,14 @@ class WritePath(PgBase):
                 return await self._apply_on(conn, changes, guard, plan)
 
     async def mark_first(self, change: Change, guard: LeaseGuard) -> bool:
-        """`Store.mark_first`: `Statements.first_mark`, its own transaction."""
+        """`Statements.first_mark`, its own transaction, on the wake connection."""
         if not encode.is_guarded_update(change):
             return False
         params = encode.guarded_update_params(change, guard.pod, guard.now)
         at = 5 + len(TRANSITION_FIELDS)  # after the guard, the row, its id and version
-        params[at:at] = first_mark_params(change.row)
-        wake = self._wake.connection(self.pool)
+        params[at:at] = encode.first_mark_params(change.row)
+        connections = self.connections
+        wake = connections.wake.connection(connections.pool)
         async with wake as conn, conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(self.sql.first_mark, params, prepare=True)
             return await cur.fetchone() is not None
@@ -182,14 +200,14 @@ class WritePath(PgBase):
     async def _enqueue_one(self, conn: Conn, change: Change) -> bool:
         """`Statements.enqueue_one` for a change that passes `encode.opens_one`; whether
         the job was written (False: its dedupe key was taken)."""
-        cur = self._cursors.cursor(conn)
         sql = (
             self.sql.enqueue_one_dedupe
             if encode.has_own_dedupe_key(change)
             else self.sql.enqueue_one
         )
-        await cur.execute(sql, encode.one_params(change))
-        return cur.rowcount == 1  # the wake-up's row: there is one when the job was written
+        async with _cursor(conn) as cur:
+            await cur.execute(sql, encode.one_params(change))
+            return cur.rowcount == 1  # the wake-up's row: there is one when the job was written
 
     async def _copy(self, conn: Conn, changes: list[Change]) -> bool:
         """COPY new jobs and their events inside a savepoint, then the wake-up.
@@ -237,3 +255,92 @@ class WritePath(PgBase):
             await cur.execute(sql, params)
             row = await cur.fetchone()
         return list(row[0]) if row else []
+
+
+# --- the enqueue path on a caller's sync connection --------------------------------------
+
+SyncConn = psycopg.Connection[Any]
+
+
+#: the connections seen to reach a store's tables, and which schema's
+_REACHED: weakref.WeakKeyDictionary[SyncConn, str] = weakref.WeakKeyDictionary()
+
+
+def check_reaches(conn: SyncConn, sql: Statements, store_dsn: str) -> None:
+    """Refuse (ConfigError) a connection to another database than the store's DSN names,
+    or to one without the store's tables, before any statement of the enqueue runs: a
+    failed statement would abort the caller's transaction, whose commit then silently
+    rolls its own rows back. The tables are looked up once per connection."""
+    wanted = _dbname(store_dsn)
+    if wanted is not None and conn.info.dbname != wanted:
+        raise ConfigError(
+            f"this connection is to database {conn.info.dbname!r}, the store's is"
+            f" {wanted!r}: a job commits with your rows only in the same database"
+        )
+    if _REACHED.get(conn) == sql.schema:
+        return
+    with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{sql.schema}.events",))
+        row = cur.fetchone()
+    if not (row and row[0]):
+        raise _no_tables(sql, conn.info.dbname)
+    _REACHED[conn] = sql.schema
+
+
+@functools.cache
+def _dbname(dsn: str) -> str | None:
+    name = conninfo_to_dict(dsn).get("dbname")
+    return str(name) if name else None
+
+
+def _no_tables(sql: Statements, dbname: str) -> ConfigError:
+    return ConfigError(
+        f"no jobledger tables in schema {sql.schema} of database {dbname!r}: run"
+        " `jobledger migrate` (or start a worker once) against it"
+    )
+
+
+def append_sync(conn: SyncConn, sql: Statements, changes: Sequence[Change]) -> list[bool]:
+    """Write new-job `changes` (each `encode.opens_job`) inside `conn`'s transaction;
+    per change, whether it was written (False: its dedupe key is already taken)."""
+    if not all(encode.opens_job(c) for c in changes):
+        raise ValueError("the sync path writes new jobs only (one JobEnqueued each)")
+    if conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        raise InvalidArgument(
+            "enqueue needs a connection inside a transaction: open one first"
+            " (`with conn.transaction():`, or a connection with autocommit off)"
+        )
+    flags = [False] * len(changes)
+    for start in range(0, len(changes), MAX_EVENTS_PER_STATEMENT):
+        chunk = changes[start : start + MAX_EVENTS_PER_STATEMENT]
+        # a plain Cursor: server-side binding whatever the connection's cursor_factory
+        # (Django installs a client-side one)
+        with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+            _run(cur, sql, sql.enqueue, encode.opening_params(chunk))
+            row = cur.fetchone()
+        for k in row[0] if row else []:
+            flags[start + k] = True
+    return flags
+
+
+def holders_sync(conn: SyncConn, sql: Statements, keys: Sequence[str]) -> dict[str, str]:
+    """`PgWrites.dedupe_holders` on a sync connection."""
+    with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+        _run(cur, sql, sql.dedupe_holders, {"keys": list(keys)})
+        return holders_of(cur.fetchall())
+
+
+def next_version_sync(conn: SyncConn, sql: Statements, key: str) -> int:
+    """`PgWrites.next_version` on a sync connection."""
+    with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+        _run(cur, sql, sql.next_version, (key,))
+        row = cur.fetchone()
+    assert row is not None  # an upsert's RETURNING gives its one row
+    return int(row[0])
+
+
+def _run(cur: psycopg.Cursor[Any], sql: Statements, query: str, params: Any) -> None:
+    try:
+        cur.execute(query, params)
+    except pg_errors.UndefinedTable as exc:
+        raise _no_tables(sql, cur.connection.info.dbname) from exc

@@ -18,10 +18,11 @@ One file holds the log, the inline projections and the coordination rows. Design
   watcher runs only while the feed has a subscriber: a process that only enqueues
   does not poll.
 
-The store is put together from its parts: the connections and the write lock
-(`base.py`), the write path (`writes.py`), the coordination rows (`coordination.py`),
-the read models, the log and checkpoints (`read_models.py`); this module keeps its life
-cycle, the lanes' queue reads and the change feed.
+The store is the bundle of its roles, one class each over the shared `Connections`
+(`connections.py`): the write path (`writes.py`), the queue reads (`queue.py`), the
+coordination rows (`coordination.py`), the log and its archive cut (`log.py`), the admin
+reads (`admin.py`) and the projection state (`projections.py`); every SQL text is in
+`sql.py`. This module keeps the life cycle and the change feed.
 """
 
 from __future__ import annotations
@@ -29,35 +30,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from jobledger.core.tasks import cancel_and_wait
-from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.timeutil import iso
-from jobledger.storage import rows
 from jobledger.storage.feed import LocalFeed, Subscription
-from jobledger.storage.jsontext import loads as load_json
 from jobledger.storage.port import Store
-from jobledger.storage.sqlite.base import Conn
-from jobledger.storage.sqlite.coordination import Coordination
-from jobledger.storage.sqlite.encode import decode_job
-from jobledger.storage.sqlite.read_models import ReadModels
+from jobledger.storage.sqlite.admin import SqliteAdmin
+from jobledger.storage.sqlite.connections import Connections
+from jobledger.storage.sqlite.coordination import SqliteCoordination
+from jobledger.storage.sqlite.log import SqliteLog, SqliteRetention
+from jobledger.storage.sqlite.projections import SqliteProjections
+from jobledger.storage.sqlite.queue import SqliteQueue
 from jobledger.storage.sqlite.schema import migrate as migrate_schema
-from jobledger.storage.sqlite.statements import JOB_COLUMNS_SQL, JOB_SELECT, job_array_sql
-from jobledger.storage.sqlite.writes import WritePath
+from jobledger.storage.sqlite.writes import SqliteWrites
 
 logger = logging.getLogger("jobledger.storage")
 
 
-class SqliteStore(WritePath, Coordination, ReadModels, Store):
+class SqliteStore(Store):
     name = "sqlite"
     #: the changes one group commit of a pod takes (`reactors.commit`; 1,000 elsewhere):
     #: a commit here re-writes every index page its rows touch, and each long step of it
     #: waits for the GIL, so fewer, larger commits drain faster; larger still (3,000)
     #: drained little more and stalled the loop longer (docs/performance.md)
     group_commit_changes = 2000
+    writes: SqliteWrites
+    queue: SqliteQueue
+    coordination: SqliteCoordination
+    log: SqliteLog
+    admin: SqliteAdmin
+    retention: SqliteRetention
+    projections: SqliteProjections
 
     def __init__(
         self,
@@ -73,143 +77,57 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         commits made by other processes."""
         self.path = path
         self.partitions = partitions
-        self.offload = offload
         self.watch_interval = watch_interval
-        self.busy_timeout_ms = busy_timeout_ms
-        self._writer: Conn | None = None
-        self._reader: Conn | None = None
-        self._lock = asyncio.Lock()
-        self._owner: asyncio.Task[Any] | None = None
-        self._staged: list[Change] = []  # applied inside the open business transaction
+        self.connections = connections = Connections(
+            path, offload=offload, busy_timeout_ms=busy_timeout_ms
+        )
         self._watcher: asyncio.Task[None] | None = None
         self._data_version = 0
         self._feed = LocalFeed(DataVersionWatch(self))
+        self.writes = SqliteWrites(connections, self._feed)
+        self.queue = SqliteQueue(connections)
+        self.coordination = SqliteCoordination(connections)
+        self.log = SqliteLog(connections)
+        self.admin = SqliteAdmin(connections)
+        self.retention = SqliteRetention(connections)
+        self.projections = SqliteProjections(connections, self._feed)
 
     # --- life cycle ------------------------------------------------------------------------
     async def open(self) -> None:
-        if self._writer is not None:
+        connections = self.connections
+        if connections.writer is not None:
             return
-        self._writer = Conn(
-            self.path,
-            name="jobledger-sqlite-w",
-            offload=self.offload,
-            busy_ms=self.busy_timeout_ms,
-            writer=True,
-        )
-        await self._writer.run(self._enable_wal)
+        writer = connections.open_writer()
+        await writer.run(self._enable_wal)
         await self.migrate()
-        self._reader = Conn(
-            self.path, name="jobledger-sqlite-r", offload=self.offload, busy_ms=self.busy_timeout_ms
-        )
-        self._data_version = await self._writer.run(self._read_data_version)
+        connections.open_reader()
+        self._data_version = await writer.run(self._read_data_version)
 
     def _enable_wal(self) -> None:
-        mode = self._w.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = self.connections.w.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             logger.warning("sqlite %s: journal mode is %s, not wal", self.path, mode)
 
     async def migrate(self) -> int:
         """Apply missing schema migrations (idempotent; safe when processes race)."""
         now = iso(datetime.now(UTC))
-        async with self._writing():
-            return await self._w.run(lambda: migrate_schema(self._w.conn, now))
+        async with self.connections.writing() as conn:
+            return await self.connections.w.run(lambda: migrate_schema(conn, now))
 
     async def close(self) -> None:
         await self._stop_watching()
         self._feed.close()
-        async with self._lock:
-            for conn in (self._reader, self._writer):
-                if conn is not None:
-                    conn.close()
-            self._reader = self._writer = None
-
-    # --- the queue ---------------------------------------------------------------------------
-    async def fast_pending(self, partition: int, *, after_key: str | None, limit: int) -> list[Job]:
-        sql = (
-            f"{JOB_SELECT} INDEXED BY jobs_fast_pending"
-            " WHERE status = 'PENDING' AND lane = 'fast' AND \"partition\" = ?"
-            + (" AND order_key > ?" if after_key is not None else "")
-            + " ORDER BY order_key, version, id LIMIT ?"
-        )
-        params: tuple[Any, ...] = (
-            (partition, after_key, limit) if after_key is not None else (partition, limit)
-        )
-        page = await self._job_rows(sql, params)
-        # the order the aggregate kept (SQLite feeds it the subquery's rows in order);
-        # sorting an already sorted page is one pass
-        page.sort(key=lambda j: (j.order_key, j.version, j.id))
-        return page
-
-    async def _job_rows(self, sql: str, params: Sequence[Any]) -> list[Job]:
-        """The jobs a `JOB_SELECT` statement finds, read as one JSON array: one step of
-        the SQLite engine, where a fetch takes one per row and each gives the reader
-        thread's GIL back and waits for its next turn while the event loop runs; the
-        rows are decoded here, on the loop thread."""
-        text = await self._read(lambda c: c.execute(job_array_sql(sql), params).fetchone()[0])
-        return [decode_job(r) for r in load_json(text)]
-
-    async def long_candidates(self, now: datetime, *, limit: int) -> list[Job]:
-        at = iso(now)
-        sql = (
-            f"SELECT * FROM (SELECT {JOB_COLUMNS_SQL} FROM jobs INDEXED BY jobs_long_pending"
-            " WHERE status = 'PENDING' AND lane = 'long' AND next_run_at <= ?"
-            " ORDER BY next_run_at, id LIMIT ?)"
-            f" UNION ALL SELECT * FROM (SELECT {JOB_COLUMNS_SQL} FROM jobs"
-            " INDEXED BY jobs_running_lease WHERE status = 'RUNNING' AND lane = 'long'"
-            " AND lease_until <= ? ORDER BY next_run_at, id LIMIT ?)"
-            " ORDER BY next_run_at, id LIMIT ?"
-        )
-        params = (at, limit, at, limit, limit)
-        return await self._read(lambda c: [decode_job(r) for r in c.execute(sql, params)])
-
-    async def running_codes(self, now: datetime) -> set[str]:
-        sql = (
-            "SELECT running_code FROM jobs INDEXED BY jobs_running_code WHERE status = 'RUNNING'"
-            " AND running_code IS NOT NULL AND lease_until > ?"
-        )
-        return await self._read(lambda c: {r[0] for r in c.execute(sql, (iso(now),))})
-
-    async def inflight(self, partition: int) -> list[Job]:
-        sql = (
-            f"{JOB_SELECT} INDEXED BY jobs_inflight"
-            ' WHERE inflight_token IS NOT NULL AND "partition" = ?'
-            " AND lane = 'fast' ORDER BY id"
-        )
-        return await self._read(lambda c: [decode_job(r) for r in c.execute(sql, (partition,))])
-
-    async def next_due(self, partitions: Sequence[int], lane: Lane) -> datetime | None:
-        def work(conn: sqlite3.Connection) -> datetime | None:
-            if lane == Lane.LONG:
-                found = [
-                    conn.execute(
-                        "SELECT min(next_run_at) FROM jobs INDEXED BY jobs_long_pending"
-                        " WHERE status = 'PENDING' AND lane = 'long'"
-                    ).fetchone()[0]
-                ]
-            else:
-                # one index seek per partition (jobs_fast_due), not a scan of the backlog
-                found = [
-                    conn.execute(
-                        "SELECT min(next_run_at) FROM jobs INDEXED BY jobs_fast_due"
-                        " WHERE status = 'PENDING'"
-                        " AND lane = 'fast' AND \"partition\" = ?",
-                        (p,),
-                    ).fetchone()[0]
-                    for p in sorted(set(partitions))
-                ]
-            times = [t for t in found if t is not None]
-            return rows.as_utc(min(times)) if times else None
-
-        return await self._read(work)
+        await self.connections.close()
 
     # --- the change feed ------------------------------------------------------------------------
     def feed(self) -> Subscription:
         return self._feed.subscribe()
 
     async def _start_watching(self) -> None:
-        if self._watcher is not None or self._writer is None:
+        writer = self.connections.writer
+        if self._watcher is not None or writer is None:
             return
-        self._data_version = await self._writer.run(self._read_data_version)
+        self._data_version = await writer.run(self._read_data_version)
         self._watcher = asyncio.create_task(self._watch(), name="jobledger-sqlite-watch")
 
     async def _stop_watching(self) -> None:
@@ -221,7 +139,7 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
     def _read_data_version(self) -> int:
-        return self._data_version_of(self._w.conn)
+        return self._data_version_of(self.connections.w.conn)
 
     async def _watch(self) -> None:
         while True:
@@ -239,10 +157,11 @@ class SqliteStore(WritePath, Coordination, ReadModels, Store):
         other connections, so this process's own commits (already published with their
         partitions) never trigger it. Reads only; skips while a write holds the connection.
         """
-        if self._lock.locked():
+        connections = self.connections
+        if connections.lock.locked():
             return False
-        async with self._lock:
-            version = await self._w.run(self._read_data_version)
+        async with connections.lock:
+            version = await connections.w.run(self._read_data_version)
         if version == self._data_version:
             return False
         self._data_version = version

@@ -1,5 +1,7 @@
 """The write path of the SQLite store: business transactions, `append_in` and `apply`,
-and the per-change compare-and-set they share."""
+the per-change compare-and-set they share, and `next_version`'s counter. The module's
+functions take a connection or cursor, so the sync enqueue path (`integrations.sync`)
+runs the very code `append_in` runs on a caller's own `sqlite3` connection."""
 
 from __future__ import annotations
 
@@ -14,26 +16,12 @@ from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import TRANSITION_FIELDS, Change
 from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
-from jobledger.storage.feed import wake_of
+from jobledger.storage.feed import LocalFeed, wake_of
 from jobledger.storage.jsontext import loads as load_json
-from jobledger.storage.port import LeaseGuard, Transaction, native_handle, run_after_commit
-from jobledger.storage.sqlite.base import SqliteBase, rollback
-from jobledger.storage.sqlite.counters import next_version_on
+from jobledger.storage.port import LeaseGuard, Transaction, Writes, native_handle, run_after_commit
+from jobledger.storage.sqlite import sql
+from jobledger.storage.sqlite.connections import Connections, rollback
 from jobledger.storage.sqlite.encode import chunks, encode, encode_event
-from jobledger.storage.sqlite.statements import (
-    DELETE_JOBS_JSON,
-    INSERT_EVENT,
-    INSERT_EVENTS_JSON,
-    JOB_COLUMNS,
-    JOB_VERSIONS_JSON,
-    ROWS_PER_STATEMENT,
-    UPDATE_JOB,
-    UPDATE_JOBS_JSON,
-    UPSERT_JOB,
-    UPSERT_SCHEDULE,
-    insert_events_sql,
-    update_jobs_sql,
-)
 
 
 def _callers(tx: Any) -> sqlite3.Connection:
@@ -44,25 +32,31 @@ def _callers(tx: Any) -> sqlite3.Connection:
     return native
 
 
-class WritePath(SqliteBase):
-    # --- writes ---------------------------------------------------------------------------
+class SqliteWrites(Writes):
+    def __init__(self, connections: Connections, feed: LocalFeed) -> None:
+        self.connections = connections
+        self._feed = feed
+        self._staged: list[Change] = []  # applied inside the open business transaction
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:
-        async with self._writing() as conn:
-            await self._w.run(lambda: conn.execute("BEGIN IMMEDIATE"))
+        connections = self.connections
+        async with connections.writing() as conn:
+            writer = connections.w
+            await writer.run(lambda: conn.execute("BEGIN IMMEDIATE"))
             tx = Transaction(conn)
             self._staged = []
             try:
                 yield tx
             except BaseException:
                 self._staged = []
-                await self._w.run(lambda: rollback(conn))
+                await writer.run(lambda: rollback(conn))
                 raise
             try:
-                await self._w.run(lambda: conn.execute("COMMIT"))
+                await writer.run(lambda: conn.execute("COMMIT"))
             except BaseException:
                 self._staged = []
-                await self._w.run(lambda: rollback(conn))
+                await writer.run(lambda: rollback(conn))
                 raise
             applied, self._staged = self._staged, []
         self._publish(applied)
@@ -71,7 +65,8 @@ class WritePath(SqliteBase):
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
         native = _callers(tx)
         flags = append_on(native, changes)
-        if native is self._w.conn and self._owner is not None:
+        connections = self.connections
+        if native is connections.w.conn and connections.owner is not None:
             self._staged.extend(c for c, ok in zip(changes, flags, strict=True) if ok)
         return flags
 
@@ -82,10 +77,6 @@ class WritePath(SqliteBase):
         cursor = native_handle(tx).cursor()
         cursor.row_factory = None
         return dedupe_holders_on(cursor, keys)
-
-    async def dedupe_holder(self, key: str) -> str | None:
-        # on the reader connection: `transaction()` would be BEGIN IMMEDIATE, the write lock
-        return await self._read(lambda conn: dedupe_holders_on(conn.cursor(), [key]).get(key))
 
     async def apply(
         self, changes: Sequence[Change], *, guard: LeaseGuard | None = None
@@ -118,7 +109,7 @@ class WritePath(SqliteBase):
             apply_group(cursor, changes, group, flags)
             return flags
 
-        flags = await self._write(work)
+        flags = await self.connections.write(work)
         self._publish([c for c, ok in zip(changes, flags, strict=True) if ok])
         return flags
 
@@ -134,8 +125,7 @@ class WritePath(SqliteBase):
 def held_partitions(cursor: sqlite3.Cursor, guard: LeaseGuard) -> set[int]:
     """The partitions `guard.pod` holds, read in one step (a row each would be a step
     each: see `_write_group`)."""
-    sql = 'SELECT json_group_array("partition") FROM partitions WHERE owner = ? AND lease_until > ?'
-    text = cursor.execute(sql, (guard.pod, iso(guard.now))).fetchone()[0]
+    text = cursor.execute(sql.HELD_PARTITIONS, (guard.pod, iso(guard.now))).fetchone()[0]
     return set(cast(list[int], load_json(text)))
 
 
@@ -177,9 +167,8 @@ def dedupe_holders_on(cursor: sqlite3.Cursor, keys: Sequence[str]) -> dict[str, 
     """The job id holding each of `keys` in the log (keys nobody holds left out)."""
     held: dict[str, str] = {}
     for chunk in chunks(keys):
-        marks = ", ".join("?" for _ in chunk)
-        sql = f"SELECT dedupe_key, stream FROM events WHERE dedupe_key IN ({marks})"
-        held.update((k, s.removeprefix("job:")) for k, s in cursor.execute(sql, tuple(chunk)))
+        found = cursor.execute(sql.dedupe_holders_sql(len(chunk)), tuple(chunk))
+        held.update((k, s.removeprefix("job:")) for k, s in found)
     return held
 
 
@@ -191,15 +180,11 @@ def stream_version(cursor: sqlite3.Cursor, stream: str) -> int:
     """The stream's current version: its row's, or — once the row left the read model
     (a finished job) — its last event's."""
     kind, _, ident = stream.partition(":")
-    if kind == "job":
-        row = cursor.execute("SELECT stream_version FROM jobs WHERE id = ?", (ident,)).fetchone()
-    else:
-        row = cursor.execute(
-            "SELECT stream_version FROM schedules WHERE code = ?", (ident,)
-        ).fetchone()
+    query = sql.JOB_STREAM_VERSION if kind == "job" else sql.SCHEDULE_STREAM_VERSION
+    row = cursor.execute(query, (ident,)).fetchone()
     if row is not None:
         return int(row[0])
-    last = cursor.execute("SELECT max(version) FROM events WHERE stream = ?", (stream,)).fetchone()
+    last = cursor.execute(sql.LAST_VERSION, (stream,)).fetchone()
     return int(last[0] or 0)
 
 
@@ -231,23 +216,25 @@ def apply_change(cursor: sqlite3.Cursor, change: Change) -> bool:
 
 
 def write_change(cursor: sqlite3.Cursor, change: Change) -> None:
-    cursor.executemany(INSERT_EVENT, [encode_event(e) for e in change.events])
+    cursor.executemany(sql.INSERT_EVENT, [encode_event(e) for e in change.events])
     kind, _, ident = change.stream.partition(":")
     row = change.row
     if kind == "job":
         if row is None:
-            cursor.execute("DELETE FROM jobs WHERE id = ?", (ident,))
+            cursor.execute(sql.DELETE_JOB, (ident,))
             return
         if not change.is_new:  # an update writes only what a transition can change (D12)
             record = rows.job_transition_dict(row)
-            cursor.execute(UPDATE_JOB, (*encode(record, TRANSITION_FIELDS), ident))
+            cursor.execute(sql.UPDATE_JOB, (*encode(record, TRANSITION_FIELDS), ident))
             if cursor.rowcount == 1:
                 return
-        cursor.execute(UPSERT_JOB, encode(rows.job_to_dict(row), JOB_COLUMNS))
+        cursor.execute(sql.UPSERT_JOB, encode(rows.job_to_dict(row), sql.JOB_COLUMNS))
     elif row is None:
-        cursor.execute("DELETE FROM schedules WHERE code = ?", (ident,))
+        cursor.execute(sql.DELETE_SCHEDULE, (ident,))
     else:
-        cursor.execute(UPSERT_SCHEDULE, encode(rows.schedule_to_dict(row), rows.SCHEDULE_FIELDS))
+        cursor.execute(
+            sql.UPSERT_SCHEDULE, encode(rows.schedule_to_dict(row), rows.SCHEDULE_FIELDS)
+        )
 
 
 # --- outcome batches: the lanes' group commits, set-based --------------------------------
@@ -302,12 +289,11 @@ def _versions(cursor: sqlite3.Cursor, ids: list[str]) -> dict[str, int]:
     """The `stream_version` of each row of `ids` still there, read in one step."""
     text = json_array(ids)
     if text is not None:
-        found = cursor.execute(JOB_VERSIONS_JSON, (text,)).fetchone()[0]
+        found = cursor.execute(sql.JOB_VERSIONS_JSON, (text,)).fetchone()[0]
         return cast(dict[str, int], load_json(found))
     versions: dict[str, int] = {}
     for chunk in chunks(ids):
-        sql = f"SELECT id, stream_version FROM jobs WHERE id IN ({', '.join('?' for _ in chunk)})"
-        versions.update(cursor.execute(sql, chunk).fetchall())
+        versions.update(cursor.execute(sql.job_versions_sql(len(chunk)), chunk).fetchall())
     return versions
 
 
@@ -324,7 +310,7 @@ def json_array(values: Sequence[Any]) -> str | None:
 
 def _write_group(cursor: sqlite3.Cursor, group: Sequence[Change]) -> None:
     """One statement per kind of write, whatever the batch size: the rows go in as one
-    JSON array (statements.INSERT_EVENTS_JSON and its siblings). A statement is one step
+    JSON array (`sql.INSERT_EVENTS_JSON` and its siblings). A statement is one step
     of the SQLite engine, and every step gives the GIL back and takes it again, which on
     a busy event loop makes the writer thread wait for its next turn (up to the 5 ms
     switch interval) each time; `executemany` would take one a row, multi-row VALUES
@@ -341,11 +327,11 @@ def _write_group(cursor: sqlite3.Cursor, group: Sequence[Change]) -> None:
         _write_group_rows(cursor, events, gone, kept)
         return
     events_text, gone_text, kept_text = texts
-    cursor.execute(INSERT_EVENTS_JSON, (events_text,))
+    cursor.execute(sql.INSERT_EVENTS_JSON, (events_text,))
     if gone:
-        cursor.execute(DELETE_JOBS_JSON, (gone_text,))
+        cursor.execute(sql.DELETE_JOBS_JSON, (gone_text,))
     if kept:  # every row is there: its version was just read in this transaction
-        cursor.execute(UPDATE_JOBS_JSON, (kept_text,))
+        cursor.execute(sql.UPDATE_JOBS_JSON, (kept_text,))
 
 
 def _write_group_rows(
@@ -354,12 +340,24 @@ def _write_group_rows(
     gone: Sequence[str],
     kept: Sequence[tuple[Any, ...]],
 ) -> None:
-    """`_write_group` with bound parameters: multi-row statements of `ROWS_PER_STATEMENT`."""
-    for start in range(0, len(events), ROWS_PER_STATEMENT):
-        chunk = events[start : start + ROWS_PER_STATEMENT]
-        cursor.execute(insert_events_sql(len(chunk)), [v for row in chunk for v in row])
+    """`_write_group` with bound parameters: multi-row statements of
+    `sql.ROWS_PER_STATEMENT`."""
+    step = sql.ROWS_PER_STATEMENT
+    for start in range(0, len(events), step):
+        chunk = events[start : start + step]
+        cursor.execute(sql.insert_events_sql(len(chunk)), [v for row in chunk for v in row])
     for ids in chunks(gone):
-        cursor.execute(f"DELETE FROM jobs WHERE id IN ({', '.join('?' for _ in ids)})", ids)
-    for start in range(0, len(kept), ROWS_PER_STATEMENT):
-        chunk = kept[start : start + ROWS_PER_STATEMENT]
-        cursor.execute(update_jobs_sql(len(chunk)), [v for row in chunk for v in row])
+        cursor.execute(sql.delete_jobs_sql(len(ids)), ids)
+    for start in range(0, len(kept), step):
+        chunk = kept[start : start + step]
+        cursor.execute(sql.update_jobs_sql(len(chunk)), [v for row in chunk for v in row])
+
+
+def next_version_on(conn: sqlite3.Connection, key: str) -> int:
+    """The key's next number on `conn` (a sync caller's connection or the store's own):
+    its row in `counters` counted up inside the open transaction (SQLite has one writer:
+    a second transaction begins only once this one has ended)."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    (value,) = cursor.execute(sql.NEXT_VERSION, (key,)).fetchone()
+    return int(value)
