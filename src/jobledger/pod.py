@@ -72,7 +72,9 @@ class Pod:
                 paused=self.paused_targets,
                 worker_live_s=self.settings.worker_live_s,
             )
-            self._http = create_app(services, ApiKeys(self.keys))
+            self._http = create_app(
+                services, ApiKeys(self.keys), forwarded_allow_ips=self.settings.forwarded_allow_ips
+            )
         return self._http
 
     def paused_targets(self) -> dict[str, datetime] | None:
@@ -181,8 +183,15 @@ def _server(asgi: Any, host: str, port: int) -> Any:
         def capture_signals(self) -> Iterator[None]:
             yield
 
+    # proxy_headers off: the app reads X-Forwarded-For from configured proxies only
     config = uvicorn.Config(
-        asgi, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+        asgi,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        proxy_headers=False,
     )
     return QuietServer(config)
 
