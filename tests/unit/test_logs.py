@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -138,6 +139,32 @@ def test_configure_logging_text(root_logging: None) -> None:
     configure_logging(Settings(), stream)
     log_run_line(RunRecord(a_job(), "ok", 2.0, 0, None, T0))
     assert " INFO jobledger.run job run code=order_update " in stream.getvalue()
+
+
+FORGED = "\n2026-03-02 09:00:00,000 INFO jobledger.run job run code=x target=bank result=ok"
+
+
+def test_text_lines_escape_control_characters(root_logging: None) -> None:
+    """A newline (or any control character) in a key, dedupe key or target cannot forge
+    another line of the text log: each record is one line, its control characters
+    written as escapes; an exception's lines stay below it, indented."""
+    stream = io.StringIO()
+    configure_logging(Settings(), stream)
+    job = dataclasses.replace(
+        a_job(), dedupe_key=f"d{FORGED}", key="k\r\x1b[2J\x00", target="t\u2028x"
+    )
+    log_run_line(RunRecord(job, "failed", 2.0, 1, f"boom{FORGED}", T0))
+    try:
+        raise ValueError(f"bad{FORGED}")
+    except ValueError:
+        logging.getLogger("jobledger.x").exception("failed for key %s", f"k{FORGED}")
+    lines = stream.getvalue().splitlines()
+    assert [line for line in lines if not line.startswith(" ")] == [lines[0], lines[1]]
+    assert "dedupe_key=d\\n2026-03-02 09:00:00,000 INFO" in lines[0]
+    assert "target=t\\u2028x" in lines[0] and "error=boom\\n2026" in lines[0]
+    assert "failed for key k\\n2026" in lines[1]
+    assert any(line.startswith("  ValueError: bad") for line in lines[2:])
+    assert "\x1b" not in stream.getvalue() and "\r" not in stream.getvalue()
 
 
 class Pager:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -138,6 +139,52 @@ class JsonFormatter(logging.Formatter):
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
+#: what a text line must not carry as it is: C0 and C1 controls and DEL (a newline
+#: forges a line, an escape sequence rewrites a terminal), the Unicode line and
+#: paragraph separators, and the bidirectional overrides that reorder what is shown
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with its control characters written as escapes (`\\n`, `\\x1b`,
+    `\\u2028`): one line, whatever a key, a target or an error message held."""
+    return _CONTROL.sub(_escape_one, text) if _CONTROL.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, one record a line: the message's control characters escaped
+    (what a key, dedupe key, target or error holds comes from callers and handlers);
+    an exception or stack below it, each of its lines indented by two spaces, so no
+    line of it can pass for a record of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        # not `record.exc_text`: another handler may have cached it unindented
+        if record.exc_info:
+            line += "\n" + _indented(self.formatException(record.exc_info))
+        elif record.exc_text:
+            line += "\n" + _indented(record.exc_text)
+        if record.stack_info:
+            line += "\n" + _indented(self.formatStack(record.stack_info))
+        return line
+
+
+def _indented(text: str) -> str:
+    return "\n".join("  " + escape_controls(line) for line in text.splitlines())
+
 
 def configure_logging(settings: Settings, stream: IO[str] | None = None) -> logging.Handler:
     """Install one root handler for `settings.log_format` (text | json) and set
@@ -147,7 +194,7 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None) -> logg
         root.removeHandler(old)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler._jobledger = True  # type: ignore[attr-defined]
-    formatter = JsonFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if settings.log_format == "json" else TextFormatter(TEXT_FORMAT)
     handler.setFormatter(formatter)
     root.addHandler(handler)
     root.setLevel(settings.log_level)
