@@ -224,7 +224,7 @@ def build(
             schema=settings.postgres_schema,
         )
     engine = Engine(store, clock=clock or SystemClock(), settings=settings)
-    install_observers(engine, settings)
+    telemetry = install_observers(engine, settings)
     scheduler = Scheduler(engine)
     reactors: list[Reactor] = [
         scheduler,
@@ -236,6 +236,7 @@ def build(
             retention_days=settings.log_retention_days,
             clock=engine.clock,
         ),
+        *([telemetry.loop] if telemetry.loop is not None else []),
     ]
     runtime = Runtime(engine, pod_id=pod_id, reactors=reactors)
     keys, generated = _keys(settings, api_keys)

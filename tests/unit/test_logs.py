@@ -26,6 +26,7 @@ from jobledger.observability.logs import (
     install_observers,
     log_run_line,
 )
+from jobledger.observability.loop_lag import LoopMonitor
 from jobledger.observability.metrics import MetricsObserver
 from jobledger.observability.observe import RunRecord
 from jobledger.observability.tracing import TracingObserver
@@ -175,13 +176,16 @@ class Pager:
         self.kinds.append(kind)
 
 
-def test_install_observers_wires_all_four(
+def test_install_observers_wires_all_five(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = Engine(MemoryStore(8), clock=clock, settings=Settings(partitions=8, pause_alert_s=60))
     telemetry = install_observers(engine)
     kinds = {type(o) for o in engine.observers.observers}
-    assert kinds == {RunLogObserver, AlertObserver, MetricsObserver, TracingObserver}
+    assert kinds == {RunLogObserver, AlertObserver, MetricsObserver, TracingObserver, LoopMonitor}
+    assert telemetry.loop is not None and telemetry.loop.threshold_s == 0.5
+    off = Engine(MemoryStore(8), clock=clock, settings=Settings(loop_block_warn_s=0))
+    assert install_observers(off).loop is None
     assert telemetry.alerts.pause_alert_s == 60 and telemetry.alerts.clock is clock
     # the default hook does not repeat the lanes' own `job dead alert` line
     engine.observers.job_dead(a_job(), "max_attempts", None)

@@ -9,8 +9,9 @@ same values as `extra` fields (code, target, dedupe_key, attempts, duration_ms,
 result, job_id, key, lane, trace_id, error), so `JOBLEDGER_LOG_FORMAT=json` turns each
 line into an object a log pipeline can filter on (`configure_logging`).
 
-`install_observers` hangs logs, alerts, metrics and tracing on `engine.observers`; the
-composition root calls it once.
+`install_observers` hangs logs, alerts, metrics, tracing and the event-loop watchdog
+on `engine.observers`; the composition root calls it once (and runs the watchdog as a
+reactor of the pod's workers).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from jobledger.observability.observe import Observer, RunRecord
 if TYPE_CHECKING:
     from jobledger.engine import Engine
     from jobledger.observability.alerts import AlertHook, AlertObserver
+    from jobledger.observability.loop_lag import LoopMonitor
     from jobledger.observability.metrics import MetricsObserver
     from jobledger.observability.tracing import TracingObserver
 
@@ -209,6 +211,7 @@ class Telemetry:
     alerts: AlertObserver
     metrics: MetricsObserver | None
     tracing: TracingObserver | None
+    loop: LoopMonitor | None = None  # None when loop_block_warn_s is 0
 
     @property
     def registry(self) -> Any:
@@ -224,12 +227,14 @@ def install_observers(
     metrics_registry: Any = None,
     tracer_provider: Any = None,
 ) -> Telemetry:
-    """Add the run log, alert, metrics and tracing observers to `engine.observers`.
+    """Add the run log, alert, metrics and tracing observers and the event-loop watchdog
+    (`telemetry.loop`: start and stop it with the workers) to `engine.observers`.
 
     Metrics need prometheus_client (the `http` extra) and tracing opentelemetry-api (the
     `otel` extra); a missing package leaves that observer out with a warning.
     """
     from jobledger.observability.alerts import JOB_DEAD, AlertObserver, LogAlertHook
+    from jobledger.observability.loop_lag import LoopMonitor
 
     settings = settings or engine.settings
     logs = RunLogObserver()
@@ -251,7 +256,12 @@ def install_observers(
         tracing = TracingObserver(tracer_provider)
     except ImportError:  # pragma: no cover - tracing imports the api lazily
         tracing = None
-    for observer in (logs, alerts, metrics, tracing):
+    loop = None
+    if settings.loop_block_warn_s > 0:
+        loop = LoopMonitor(engine.observers, settings.loop_block_warn_s)
+        if metrics is not None:
+            metrics.watch_loop(loop.stalled_s)
+    for observer in (logs, alerts, metrics, tracing, loop):
         if observer is not None:
             engine.observers.add(observer)
-    return Telemetry(logs, alerts, metrics, tracing)
+    return Telemetry(logs, alerts, metrics, tracing, loop)
