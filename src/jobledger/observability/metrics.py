@@ -24,7 +24,7 @@ from prometheus_client import (
     make_asgi_app,
 )
 
-from jobledger.domain.jobs import Job
+from jobledger.domain.jobs import Job, Lane
 from jobledger.observability.observe import Observer, RunRecord
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -124,6 +124,7 @@ class MetricsObserver(Observer):
             registry=r,
         )
         self._paused_targets: set[str] = set()
+        self._run_series: dict[tuple[str, Lane, str], tuple[Any, Any, Any, Any]] = {}
 
     def enqueued(self, target: str, count: int) -> None:
         if count > 0:
@@ -131,17 +132,34 @@ class MetricsObserver(Observer):
 
     def run_finished(self, record: RunRecord) -> None:
         job = record.job
-        lane = job.lane.value
-        self.runs_total.labels(job.target, lane, record.result).inc()
-        if record.result == "ok":
-            self.delivered_total.labels(job.target, lane).inc()
-        elif record.result in FAILED_RESULTS:
-            self.failed_total.labels(job.target, lane).inc()
-        elif record.result == "deferred":
-            self.deferred_total.labels(job.target, lane).inc()
-        self.run_duration.labels(lane, job.target).observe(record.duration_ms / 1000)
+        key = (job.target, job.lane, record.result)
+        series = self._run_series.get(key)
+        if series is None:
+            series = self._run_series[key] = self._series_of(*key)
+        runs, outcome, duration, delay = series
+        runs.inc()
+        if outcome is not None:
+            outcome.inc()
+        duration.observe(record.duration_ms / 1000)
         if record.started_at is not None:
-            self.start_delay.labels(lane).observe(start_delay_s(job, record.started_at))
+            delay.observe(start_delay_s(job, record.started_at))
+
+    def _series_of(self, target: str, lane: Lane, result: str) -> tuple[Any, Any, Any, Any]:
+        """The children one run of (target, lane, result) moves, looked up once: a
+        `labels()` call validates and locks, and a run moves four of them."""
+        outcome = None
+        if result == "ok":
+            outcome = self.delivered_total.labels(target, lane.value)
+        elif result in FAILED_RESULTS:
+            outcome = self.failed_total.labels(target, lane.value)
+        elif result == "deferred":
+            outcome = self.deferred_total.labels(target, lane.value)
+        return (
+            self.runs_total.labels(target, lane.value, result),
+            outcome,
+            self.run_duration.labels(lane.value, target),
+            self.start_delay.labels(lane.value),
+        )
 
     def job_dead(self, job: Job, reason: str, error: str | None) -> None:
         self.dead_total.labels(job.target, job.lane.value).inc()
