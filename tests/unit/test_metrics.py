@@ -189,3 +189,21 @@ async def test_asgi_app_without_registry_serves_the_installed_one(clock: FakeClo
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         response = await client.get("/")
     assert 'jobledger_jobs_enqueued_total{target="late:target"} 1.0' in response.text
+
+
+def test_the_grafana_dashboard_uses_only_metrics_that_exist() -> None:
+    """docs/grafana-dashboard.json is built on the names this module registers: a
+    renamed metric fails here, not on an operator's empty panel."""
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    used = {
+        re.sub(r"_(bucket|total|count|sum)$", "", name)
+        for expr in exprs
+        for name in re.findall(r"\bjobledger_\w+", expr)
+    }
+    registered = {family.name for family in MetricsObserver().registry.collect()}
+    assert used == registered, (used - registered, registered - used)
