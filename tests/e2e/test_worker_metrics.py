@@ -5,7 +5,6 @@ jobs it ran (delivered, failed, dead, deferred, per target and lane)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -16,6 +15,8 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.procs import enqueue_with, user_env
 
 CLI = str(Path(sys.executable).with_name("jobledger"))
 
@@ -72,12 +73,6 @@ asyncio.run(main())
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    env.pop("PYTHONPATH", None)
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -116,18 +111,13 @@ def wait_until(check: object, timeout: float = 30.0) -> None:
 
 
 def test_worker_serves_metrics_health_and_readiness(tmp_path: Path) -> None:
-    (tmp_path / "myjobs.py").write_text(APP)
-    (tmp_path / "enqueue.py").write_text(ENQUEUE)
-    done = subprocess.run(
-        [sys.executable, "enqueue.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    enqueue_with(tmp_path, APP, ENQUEUE)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     worker = subprocess.Popen(
         [CLI, "worker", "--app", "myjobs", "--metrics-port", str(port)],
         cwd=tmp_path,
-        env=_env(JOBLEDGER_LOOP_BLOCK_WARN_S="0.3"),
+        env=user_env(JOBLEDGER_LOOP_BLOCK_WARN_S="0.3"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -200,7 +190,7 @@ def test_a_taken_metrics_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
         done = subprocess.run(
             [CLI, "worker", "--app", "myjobs", "--metrics-port", str(port)],
             cwd=tmp_path,
-            env=_env(),
+            env=user_env(),
             capture_output=True,
             text=True,
             timeout=60,
