@@ -1,7 +1,7 @@
 """Draw docs/grafana-dashboard.json from real scrapes of a running worker, as a PNG.
 
     .venv/bin/python scripts/render_dashboard.py                    # 60 s, docs/grafana-dashboard.png
-    .venv/bin/python scripts/render_dashboard.py --seconds 90 --out /tmp/dash.png
+    .venv/bin/python scripts/render_dashboard.py --seconds 90 --out dash.png
 
 Grafana is not needed: the script starts `jobledger worker --metrics-port` on a SQLite
 app (an ok target, a failing one, an unreachable one, a long-lane one and one whose
