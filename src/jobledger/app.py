@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from jobledger.config.settings import Settings
 from jobledger.core.clock import Clock
 from jobledger.core.handlers import PayloadType, no_handler, payload_type_of, typed_handler
-from jobledger.core.registry import as_async
+from jobledger.core.registry import as_async, check_target_name
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import JobStatus
 from jobledger.engine import Enqueued
@@ -138,6 +138,7 @@ class App:
         return fn
 
     def _declare(self, target: _Target) -> None:
+        check_target_name(target.name)
         self._unbound(f"declare target {target.name!r}")
         if target.name in self._targets:
             raise ConfigError(f"target {target.name!r} is declared twice")

@@ -72,7 +72,9 @@ class Pod:
                 paused=self.paused_targets,
                 worker_live_s=self.settings.worker_live_s,
             )
-            self._http = create_app(services, ApiKeys(self.keys))
+            self._http = create_app(
+                services, ApiKeys(self.keys), forwarded_allow_ips=self.settings.forwarded_allow_ips
+            )
         return self._http
 
     def paused_targets(self) -> dict[str, datetime] | None:
@@ -181,8 +183,15 @@ def _server(asgi: Any, host: str, port: int) -> Any:
         def capture_signals(self) -> Iterator[None]:
             yield
 
+    # proxy_headers off: the app reads X-Forwarded-For from configured proxies only
     config = uvicorn.Config(
-        asgi, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+        asgi,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        proxy_headers=False,
     )
     return QuietServer(config)
 
@@ -216,7 +225,7 @@ def build(
             mongodb_dead_ttl_seconds=settings.mongodb_dead_ttl_seconds,
         )
     engine = Engine(store, clock=clock or SystemClock(), settings=settings)
-    install_observers(engine, settings)
+    telemetry = install_observers(engine, settings)
     scheduler = Scheduler(engine)
     reactors: list[Reactor] = [
         scheduler,
@@ -228,6 +237,7 @@ def build(
             retention_days=settings.log_retention_days,
             clock=engine.clock,
         ),
+        *([telemetry.loop] if telemetry.loop is not None else []),
     ]
     runtime = Runtime(engine, pod_id=pod_id, reactors=reactors)
     keys, generated = _keys(settings, api_keys)

@@ -77,3 +77,22 @@ def jobledger(*args: str, env: dict[str, str] | None = None) -> Iterator[Proc]:
         reader.join(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment of a user's shell: no JOBLEDGER_ setting, no PYTHONPATH (a module
+    in the current directory must be found without it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+    env.pop("PYTHONPATH", None)
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def enqueue_with(folder: Path, app: str, script: str) -> None:
+    """Write the user's app module (`myjobs.py`) and enqueue script into `folder`, and
+    run the script there as the user would."""
+    (folder / "myjobs.py").write_text(app)
+    (folder / "enqueue.py").write_text(script)
+    done = subprocess.run(
+        [sys.executable, "enqueue.py"], cwd=folder, env=user_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

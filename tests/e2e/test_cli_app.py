@@ -3,12 +3,13 @@ PYTHONPATH, the same App object for a script that enqueues, `worker` and `serve`
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tests.e2e.procs import enqueue_with, user_env
 
 CLI = str(Path(sys.executable).with_name("jobledger"))
 
@@ -38,24 +39,13 @@ asyncio.run(main())
 """
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    env.pop("PYTHONPATH", None)
-    return {**env, "PYTHONUNBUFFERED": "1"}
-
-
 def test_worker_app_from_the_current_directory_delivers(tmp_path: Path) -> None:
-    (tmp_path / "myjobs.py").write_text(APP)
-    (tmp_path / "enqueue.py").write_text(ENQUEUE)
-    done = subprocess.run(
-        [sys.executable, "enqueue.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    enqueue_with(tmp_path, APP, ENQUEUE)
     assert not (tmp_path / "delivered.txt").exists()
     worker = subprocess.Popen(
         [CLI, "worker", "--app", "myjobs"],
         cwd=tmp_path,
-        env=_env(),
+        env=user_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -77,7 +67,7 @@ def test_serve_loads_the_same_app_and_stops(tmp_path: Path) -> None:
     serve = subprocess.Popen(
         [CLI, "serve", "--app", "myjobs:app", "--port", "0"],
         cwd=tmp_path,
-        env=_env(),
+        env=user_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -105,7 +95,7 @@ def test_an_enqueue_only_declaration_refuses_to_run_workers(tmp_path: Path) -> N
     done = subprocess.run(
         [CLI, "worker", "--app", "producer"],
         cwd=tmp_path,
-        env=_env(),
+        env=user_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -124,7 +114,7 @@ def test_app_errors_are_one_line(tmp_path: Path) -> None:
         done = subprocess.run(
             [CLI, "worker", "--app", spec],
             cwd=tmp_path,
-            env=_env(),
+            env=user_env(),
             capture_output=True,
             text=True,
             timeout=60,

@@ -3,6 +3,8 @@ admin keys, and jobs brought into every state by the domain's own commands."""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -115,3 +117,21 @@ async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
         yield http
+
+
+_HIDDEN = re.compile(r'<input type="hidden" name="(csrf|next)" value="([^"]*)">')
+
+
+async def signin_form(http: httpx.AsyncClient, path: str = "/admin/login") -> dict[str, str]:
+    """The sign-in form's hidden fields (its CSRF token, bound to the pre-session cookie
+    the same answer sets), as a browser that loaded the form would post them."""
+    page = await http.get(path)
+    assert page.status_code == 200, page.status_code
+    return {name: html.unescape(value) for name, value in _HIDDEN.findall(page.text)}
+
+
+async def sign_in(http: httpx.AsyncClient, key: str = ADMIN_KEY, nxt: str = "/admin") -> None:
+    """Sign in through the form as a browser does: load it, post it with the key."""
+    form = await signin_form(http)
+    response = await http.post("/admin/login", data={**form, "key": key, "next": nxt})
+    assert response.status_code == 303, response.status_code

@@ -1,5 +1,5 @@
 """Crafted input gets a clean 4xx, never a 500; the page's headers, sessions, sign-in
-links and failure limits (issue 19 items 1, 4, 5, 6)."""
+links and failure limits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 
 from jobledger.config.api_keys import parse_api_keys
@@ -19,7 +18,16 @@ from jobledger.http.auth import PAGE_COOKIE, ApiKeys
 from jobledger.http.routes.page_base import FLASH_COOKIE
 from jobledger.http.session import make_session, read_session
 from jobledger.storage.memory import MemoryStore
-from tests.unit.http_helpers import ADMIN, ADMIN_KEY, VIEWER_KEY, World, client, world
+from tests.unit.http_helpers import (
+    ADMIN,
+    ADMIN_KEY,
+    VIEWER_KEY,
+    World,
+    client,
+    sign_in,
+    signin_form,
+    world,
+)
 
 
 @pytest.fixture
@@ -32,11 +40,6 @@ def assert_error(response: Any, status: int, code: str) -> None:
     assert response.status_code == status, response.text
     body = response.json()
     assert body["statusCode"] == status and body["code"] == code, body
-
-
-async def sign_in(http: httpx.AsyncClient, key: str = ADMIN_KEY) -> None:
-    response = await http.post("/admin/login", data={"key": key, "next": "/admin"})
-    assert response.status_code == 303
 
 
 # --- item 1: crafted input -------------------------------------------------------------
@@ -252,13 +255,15 @@ async def test_failed_signins_are_logged_and_limited(
     caplog.set_level(logging.WARNING, "jobledger.http")
     async with client(w.app) as http:
         statuses = []
+        form = await signin_form(http)
         for n in range(35):
-            response = await http.post("/admin/login", data={"key": f"wrong-key-{n:04}"})
+            response = await http.post("/admin/login", data={**form, "key": f"wrong-key-{n:04}"})
             statuses.append(response.status_code)
         assert statuses[:30] == [401] * 30 and statuses[30:] == [429] * 5
         assert int(response.headers["retry-after"]) >= 1
         # the limit holds for the right key too, and for the API from the same client
-        assert (await http.post("/admin/login", data={"key": ADMIN_KEY})).status_code == 429
+        right = await http.post("/admin/login", data={**form, "key": ADMIN_KEY})
+        assert right.status_code == 429
         assert_error(await http.get("/api/v1/jobs", headers=ADMIN), 429, "too_many_requests")
     assert "sign-in failed from" in caplog.text
     assert "wrong-key" not in caplog.text and ADMIN_KEY not in caplog.text

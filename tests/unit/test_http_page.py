@@ -13,7 +13,15 @@ from jobledger.domain import job_outcomes, jobs
 from jobledger.domain.events import EventType
 from jobledger.http import listing
 from jobledger.storage.memory import MemoryStore
-from tests.unit.http_helpers import ADMIN_KEY, VIEWER_KEY, World, client, world
+from tests.unit.http_helpers import (
+    ADMIN_KEY,
+    VIEWER_KEY,
+    World,
+    client,
+    sign_in,
+    signin_form,
+    world,
+)
 
 
 @pytest.fixture
@@ -24,8 +32,7 @@ async def w(clock: FakeClock) -> AsyncIterator[World]:
 
 async def login(http: httpx.AsyncClient, key: str) -> str:
     """Sign in through the form; return the page's CSRF token."""
-    response = await http.post("/admin/login", data={"key": key, "next": "/admin"})
-    assert response.status_code == 303 and response.headers["location"] == "/admin"
+    await sign_in(http, key)
     page = await http.get("/admin")
     assert page.status_code == 200
     match = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page.text)
@@ -38,7 +45,8 @@ async def test_pages_need_a_login(w: World) -> None:
             response = await http.get(path)
             assert response.status_code == 303
             assert response.headers["location"].startswith("/admin/login?next=")
-        bad = await http.post("/admin/login", data={"key": "wrong-key-000"})
+        form = await signin_form(http)
+        bad = await http.post("/admin/login", data={**form, "key": "wrong-key-000"})
         assert bad.status_code == 401 and "not valid" in bad.text
         # a key in a link is refused (it would stay in browser history), even a valid one
         for key in ("wrong-key-000", ADMIN_KEY):
@@ -49,8 +57,9 @@ async def test_pages_need_a_login(w: World) -> None:
 
 async def test_login_cookie_is_http_only_and_strict(w: World) -> None:
     async with client(w.app) as http:
+        form = await signin_form(http)
         response = await http.post(
-            "/admin/login", data={"key": ADMIN_KEY, "next": "/admin/schedules"}
+            "/admin/login", data={**form, "key": ADMIN_KEY, "next": "/admin/schedules"}
         )
         assert response.status_code == 303
         assert response.headers["location"] == "/admin/schedules"
@@ -58,7 +67,10 @@ async def test_login_cookie_is_http_only_and_strict(w: World) -> None:
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/admin" in cookie
         assert "max-age=" in cookie and ADMIN_KEY not in cookie  # a session, not the key
         # no open redirect
-        away = await http.post("/admin/login", data={"key": ADMIN_KEY, "next": "//evil.example/"})
+        form = await signin_form(http)  # a sign-in ends the pre-session: a new form
+        away = await http.post(
+            "/admin/login", data={**form, "key": ADMIN_KEY, "next": "//evil.example/"}
+        )
         assert away.headers["location"] == "/admin"
         # the cookie does not authenticate the API
         assert (await http.get("/api/v1/jobs")).status_code == 401

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -22,6 +23,7 @@ from jobledger.observability.logs import (
     install_observers,
     log_run_line,
 )
+from jobledger.observability.loop_lag import LoopMonitor
 from jobledger.observability.metrics import MetricsObserver
 from jobledger.observability.observe import RunRecord
 from jobledger.observability.tracing import TracingObserver
@@ -128,6 +130,32 @@ def test_configure_logging_text(root_logging: None) -> None:
     assert " INFO jobledger.run job run code=order_update " in stream.getvalue()
 
 
+FORGED = "\n2026-03-02 09:00:00,000 INFO jobledger.run job run code=x target=bank result=ok"
+
+
+def test_text_lines_escape_control_characters(root_logging: None) -> None:
+    """A newline (or any control character) in a key, dedupe key or target cannot forge
+    another line of the text log: each record is one line, its control characters
+    written as escapes; an exception's lines stay below it, indented."""
+    stream = io.StringIO()
+    configure_logging(Settings(), stream)
+    job = dataclasses.replace(
+        a_job(), dedupe_key=f"d{FORGED}", key="k\r\x1b[2J\x00", target="t\u2028x"
+    )
+    log_run_line(RunRecord(job, "failed", 2.0, 1, f"boom{FORGED}", T0))
+    try:
+        raise ValueError(f"bad{FORGED}")
+    except ValueError:
+        logging.getLogger("jobledger.x").exception("failed for key %s", f"k{FORGED}")
+    lines = stream.getvalue().splitlines()
+    assert [line for line in lines if not line.startswith(" ")] == [lines[0], lines[1]]
+    assert "dedupe_key=d\\n2026-03-02 09:00:00,000 INFO" in lines[0]
+    assert "target=t\\u2028x" in lines[0] and "error=boom\\n2026" in lines[0]
+    assert "failed for key k\\n2026" in lines[1]
+    assert any(line.startswith("  ValueError: bad") for line in lines[2:])
+    assert "\x1b" not in stream.getvalue() and "\r" not in stream.getvalue()
+
+
 class Pager:
     def __init__(self) -> None:
         self.kinds: list[str] = []
@@ -136,13 +164,16 @@ class Pager:
         self.kinds.append(kind)
 
 
-def test_install_observers_wires_all_four(
+def test_install_observers_wires_all_five(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = Engine(MemoryStore(8), clock=clock, settings=Settings(partitions=8, pause_alert_s=60))
     telemetry = install_observers(engine)
     kinds = {type(o) for o in engine.observers.observers}
-    assert kinds == {RunLogObserver, AlertObserver, MetricsObserver, TracingObserver}
+    assert kinds == {RunLogObserver, AlertObserver, MetricsObserver, TracingObserver, LoopMonitor}
+    assert telemetry.loop is not None and telemetry.loop.threshold_s == 0.5
+    off = Engine(MemoryStore(8), clock=clock, settings=Settings(loop_block_warn_s=0))
+    assert install_observers(off).loop is None
     assert telemetry.alerts.pause_alert_s == 60 and telemetry.alerts.clock is clock
     # the default hook does not repeat the lanes' own `job dead alert` line
     engine.observers.job_dead(a_job(), "max_attempts", None)

@@ -18,7 +18,6 @@ from jobledger.observability.metrics import (
     CONTENT_TYPE,
     MetricsObserver,
     asgi_app,
-    metrics_asgi_app,
     render,
 )
 from jobledger.observability.observe import RunRecord
@@ -40,10 +39,11 @@ def test_counters_by_target_and_result() -> None:
     m.run_finished(RunRecord(job, "deferred", 5.0, 0, "down", T0))
     m.job_dead(job, "max_attempts", "500")
     m.lossy_dropped("audit:lossy", "queue_full")
-    r, t = m.registry, {"target": "kafka:orders"}
-    assert sample(r, "jobledger_jobs_enqueued_total", t) == 3
+    r, t = m.registry, {"target": "kafka:orders", "lane": "fast"}
+    assert sample(r, "jobledger_jobs_enqueued_total", {"target": "kafka:orders"}) == 3
     assert sample(r, "jobledger_jobs_delivered_total", t) == 1
     assert sample(r, "jobledger_jobs_failed_total", t) == 1
+    assert sample(r, "jobledger_jobs_deferred_total", t) == 1
     assert sample(r, "jobledger_jobs_dead_total", t) == 1
     assert sample(r, "jobledger_job_runs_total", {**t, "result": "deferred"}) == 1
     assert (
@@ -133,15 +133,39 @@ async def test_enqueue_through_the_engine_counts_after_commit(clock: FakeClock) 
     await store.close()
 
 
-async def test_asgi_apps_serve_the_registry() -> None:
+async def test_asgi_app_serves_the_registry() -> None:
     m = MetricsObserver()
     m.enqueued("kafka:orders", 5)
-    for app in (metrics_asgi_app(m.registry), asgi_app(m.registry)):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            response = await client.get("/")
-        assert response.status_code == 200
-        assert 'jobledger_jobs_enqueued_total{target="kafka:orders"} 5.0' in response.text
+    transport = httpx.ASGITransport(app=asgi_app(m.registry))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.get("/")
+    assert response.status_code == 200
+    assert 'jobledger_jobs_enqueued_total{target="kafka:orders"} 5.0' in response.text
+
+
+def test_store_errors_and_the_event_loop() -> None:
+    m = MetricsObserver()
+    try:
+        raise ConnectionError("server closed the connection")
+    except ConnectionError:
+        m.store_error("heartbeat")  # inside the except block: the error being handled
+    m.store_error("long_reserve", TimeoutError())
+    m.loop_lag(0.002)
+    m.loop_lag(1.5)
+    m.loop_blocked("report:build", "9" * 32, 0.6)
+    m.loop_blocked(None, None, 0.7)
+    stalled = [3.5]
+    m.watch_loop(lambda: stalled[0])
+    r = m.registry
+    kinds = {"operation": "heartbeat", "kind": "ConnectionError"}
+    assert sample(r, "jobledger_store_errors_total", kinds) == 1
+    timeout = {"operation": "long_reserve", "kind": "TimeoutError"}
+    assert sample(r, "jobledger_store_errors_total", timeout) == 1
+    assert sample(r, "jobledger_event_loop_lag_seconds_count") == 2
+    assert sample(r, "jobledger_event_loop_lag_seconds_bucket", {"le": "0.5"}) == 1
+    assert sample(r, "jobledger_event_loop_blocked_total", {"target": "report:build"}) == 1
+    assert sample(r, "jobledger_event_loop_blocked_total", {"target": ""}) == 1
+    assert sample(r, "jobledger_event_loop_stalled_seconds") == 3.5
 
 
 async def test_asgi_app_without_registry_serves_the_installed_one(clock: FakeClock) -> None:
@@ -154,3 +178,21 @@ async def test_asgi_app_without_registry_serves_the_installed_one(clock: FakeClo
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         response = await client.get("/")
     assert 'jobledger_jobs_enqueued_total{target="late:target"} 1.0' in response.text
+
+
+def test_the_grafana_dashboard_uses_only_metrics_that_exist() -> None:
+    """docs/grafana-dashboard.json is built on the names this module registers: a
+    renamed metric fails here, not on an operator's empty panel."""
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    used = {
+        re.sub(r"_(bucket|total|count|sum)$", "", name)
+        for expr in exprs
+        for name in re.findall(r"\bjobledger_\w+", expr)
+    }
+    registered = {family.name for family in MetricsObserver().registry.collect()}
+    assert used == registered, (used - registered, registered - used)

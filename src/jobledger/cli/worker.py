@@ -13,6 +13,11 @@ flight, releases the partitions and removes the pod's liveness row — within
 `stop_timeout_s` (JOBLEDGER_STOP_TIMEOUT_S, 10 s): a stop still waiting then (on a
 database or broker that does not answer) is cut short and the process exits with
 status 1; its leases expire and other pods take its rows over.
+
+`--metrics-port PORT` (or JOBLEDGER_METRICS_PORT; 0, the default, serves nothing)
+serves this worker's /metrics, /healthz and /readyz on 127.0.0.1 (--metrics-host or
+JOBLEDGER_METRICS_HOST to listen elsewhere), from a thread of its own: it answers
+while a handler blocks the event loop.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import sys
 import threading
 from typing import Any
 
-from jobledger.cli._options import add_app_option
+from jobledger.cli._options import add_app_option, port
 
 logger = logging.getLogger("jobledger.worker")
 
@@ -46,6 +51,18 @@ def register(sub: Any) -> None:
     parser.add_argument("--pod-id", default=None, help="pod id (default hostname:pid:uuid8)")
     parser.add_argument(
         "--log-level", default=None, help="logging level (default: the log_level setting)"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port,
+        default=None,
+        help="serve /metrics, /healthz, /readyz on this port (default: the metrics_port"
+        " setting, 0 = off)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default=None,
+        help="address of the metrics server (default: the metrics_host setting, 127.0.0.1)",
     )
     parser.set_defaults(func=run)
 
@@ -97,12 +114,19 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(file=args.config)
     if args.log_level:
         settings = dataclasses.replace(settings, log_level=str(args.log_level).upper())
+    if args.metrics_port is not None:
+        settings = dataclasses.replace(settings, metrics_port=args.metrics_port)
+    if args.metrics_host:
+        settings = dataclasses.replace(settings, metrics_host=args.metrics_host)
     configure_logging(settings)
     app = load_app(args.app) if args.app else App()
     app.bind(settings, url=args.store, pod_id=args.pod_id)
     deadline = StopDeadline()
+    server = _metrics_server(app.pod, settings.metrics_host, settings.metrics_port)
 
     async def main() -> None:
+        if server is not None:
+            server.attach(asyncio.get_running_loop())
         await reach(app.pod.store)
         try:
             await app.start()
@@ -117,4 +141,24 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(main())
     finally:
         deadline.disarm()  # only once asyncio.run has cancelled and awaited every task
+        if server is not None:
+            server.stop()
     return 0
+
+
+def _metrics_server(pod: Any, host: str, metrics_port: int) -> Any:
+    """The started metrics server of `pod`, or None when `metrics_port` is 0; bound
+    before the pod starts, so a taken port is one line and exit 2."""
+    if not metrics_port:
+        return None
+    from jobledger.observability.metrics_server import worker_server
+
+    server = worker_server(pod, host, metrics_port)
+    server.start()
+    bound_host, bound_port = server.address
+    logger.info(
+        "metrics on http://%s:%d (/metrics, /healthz, /readyz)",
+        f"[{bound_host}]" if ":" in bound_host else bound_host,
+        bound_port,
+    )
+    return server

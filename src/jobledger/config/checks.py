@@ -6,6 +6,7 @@ target (`jobledger.targets.kafka_rules`) share its grammar.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import zoneinfo
 from collections.abc import Callable
@@ -129,4 +130,20 @@ def check_keys(value: tuple[str, ...]) -> str | None:
         parse_api_keys(value)
     except ConfigError as exc:
         return exc.message
+    return None
+
+
+def port_number(value: int) -> str | None:
+    return None if 0 <= value <= 65535 else f"must be a port number (0-65535), got {value}"
+
+
+def check_networks(value: tuple[str, ...]) -> str | None:
+    """Addresses or networks (`10.0.0.0/8`, `::1`), or `*` alone for any address."""
+    if "*" in value:
+        return None if value == ("*",) else "`*` (any address) must stand alone"
+    for item in value:
+        try:
+            ipaddress.ip_network(item)
+        except ValueError:
+            return f"{item!r} is not an IP address or network"
     return None

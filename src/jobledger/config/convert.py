@@ -110,6 +110,14 @@ def as_code_topics(value: Any) -> dict[str, str]:
     }
 
 
+def as_texts(value: Any) -> tuple[str, ...]:
+    """A comma-separated text, or a TOML list of texts, as a tuple of texts."""
+    items = split_list(value) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError("expected a comma-separated list")
+    return tuple(as_str(item).strip() for item in items)
+
+
 def as_keys(value: Any) -> tuple[str, ...]:
     items = split_list(value) if isinstance(value, str) else value
     if not isinstance(items, list | tuple):

@@ -17,10 +17,12 @@ from jobledger.config.checks import (
     check_code_topics,
     check_delays,
     check_keys,
+    check_networks,
     check_target_topics,
     check_timezone,
     one_of,
     opt_positive,
+    port_number,
     positive,
     url_check,
 )
@@ -35,6 +37,7 @@ from jobledger.config.convert import (
     as_opt_days,
     as_opt_str,
     as_str,
+    as_texts,
 )
 from jobledger.config.spec import setting
 
@@ -284,4 +287,41 @@ class Settings:
     log_archive_dir: str = field(
         default="jobledger-archive",
         metadata=setting(as_str, None, "Directory the log archive writes JSON Lines to."),
+    )
+    # a worker's /metrics, /healthz, /readyz (observability/metrics_server.py)
+    metrics_port: int = field(
+        default=0,
+        metadata=setting(
+            as_int,
+            port_number,
+            "Port of a worker's /metrics, /healthz and /readyz; 0 = not served.",
+        ),
+    )
+    metrics_host: str = field(
+        default="127.0.0.1",
+        metadata=setting(
+            as_str,
+            None,
+            "Address the worker's metrics server listens on (loopback unless set).",
+        ),
+    )
+    # the event-loop watchdog (observability/loop_lag.py)
+    loop_block_warn_s: float = field(
+        default=0.5,
+        metadata=setting(
+            as_float,
+            at_least(0),
+            "A handler that holds the event loop longer than this is reported, once per"
+            " target (s); 0 = no watchdog.",
+        ),
+    )
+    # proxies whose X-Forwarded-For / X-Forwarded-Proto the admin server believes
+    forwarded_allow_ips: tuple[str, ...] = field(
+        default=(),
+        metadata=setting(
+            as_texts,
+            check_networks,
+            "Proxies (addresses or networks) whose X-Forwarded-For the admin server"
+            " trusts; none by default.",
+        ),
     )

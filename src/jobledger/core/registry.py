@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jobledger.domain.enqueue_rules import check_text
 from jobledger.domain.errors import DuplicateTarget, InvalidArgument, UnknownTarget
 from jobledger.domain.jobs import DeliveryMode, Job, Lane
 from jobledger.domain.policies import DEFAULT_MAX_ATTEMPTS
@@ -59,6 +60,14 @@ class Target:
     lossy: bool = False
 
 
+def check_target_name(name: object) -> None:
+    """Raise InvalidArgument for a target name no store can hold (`check_text`: U+0000,
+    a lone surrogate), in the words an enqueue uses for its other texts."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("a target needs a name")
+    check_text("target", name)
+
+
 class TargetRegistry:
     def __init__(self, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self._targets: dict[str, Target] = {}
@@ -75,8 +84,7 @@ class TargetRegistry:
         exclusive: bool = False,
         lossy: bool = False,
     ) -> Target:
-        if not name:
-            raise InvalidArgument("a target needs a name")
+        check_target_name(name)
         if name in self._targets:
             raise DuplicateTarget(f"target {name!r} is already registered")
         try:
@@ -116,6 +124,7 @@ class TargetRegistry:
         try:
             return self._targets[name]
         except KeyError:
+            check_target_name(name)  # a name no store holds: that, not "not registered"
             raise UnknownTarget(f"target {name!r} is not registered") from None
 
     def find(self, name: str) -> Target | None:

@@ -75,15 +75,23 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
             raise InvalidPayload(f"payload for {item.target!r}: {problem}")
 
 
+def check_text(name: str, text: str) -> None:
+    """Raise InvalidArgument, naming `name`, for a text no store can hold: U+0000 or a
+    lone surrogate. The one rule for a job's key, dedupe key, code and headers, a
+    `next_version` key, and a target's name (`core.registry.check_target_name`, at
+    registration and at enqueue)."""
+    if "\x00" in text:
+        raise InvalidArgument(_NUL_TEXT.format(name))
+    if _lone_surrogate(text):
+        raise InvalidArgument(_SURROGATE_TEXT.format(name))
+
+
 def check_counter_key(key: object) -> None:
     """Raise InvalidArgument for a `next_version` key no store could hold (the text rules
     of an enqueue's `key`: a non-empty string, no NUL, no lone surrogate, ≤ 512 bytes)."""
     if not isinstance(key, str) or not key:
         raise InvalidArgument(f"key must be a non-empty string, not {key!r:.40}")
-    if "\x00" in key:
-        raise InvalidArgument(_NUL_TEXT.format("key"))
-    if _lone_surrogate(key):
-        raise InvalidArgument(_SURROGATE_TEXT.format("key"))
+    check_text("key", key)
     _check_size("key", key)
 
 
@@ -139,11 +147,12 @@ def _check_fields(item: NewJob) -> None:
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         raise InvalidArgument("headers must map strings to strings")
-    texts = (item.key, item.dedupe_key, item.code, *headers.keys(), *headers.values())
-    if any(text and "\x00" in text for text in texts):
-        raise InvalidArgument(_NUL_TEXT.format("key, dedupe_key, code and headers"))
-    if any(text and _lone_surrogate(text) for text in texts):
-        raise InvalidArgument(_SURROGATE_TEXT.format("key, dedupe_key, code and headers"))
+    for name, text in (("key", item.key), ("dedupe_key", item.dedupe_key), ("code", item.code)):
+        if text:
+            check_text(name, text)
+    for header, value in headers.items():
+        check_text("a header name", header)
+        check_text(f"header {header[:40]!r}", value)
     _check_sizes(item, headers)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -24,7 +25,7 @@ from jobledger.http import openapi
 from jobledger.http.auth import ApiKeys, Authenticator
 from jobledger.http.errors import ApiError, CatchAll, api_error, domain_error, http_error
 from jobledger.http.routes import bulk, feed, finished, health, jobs, page, schedules, views
-from jobledger.http.security import BodyLimit, SecureHeaders
+from jobledger.http.security import BodyLimit, ForwardedFrom, SameOriginPosts, SecureHeaders
 from jobledger.http.services import Services
 from jobledger.http.session import FailureLimiter, SigninTokens
 
@@ -68,6 +69,7 @@ def create_app(
     *,
     page_authenticator: Authenticator | None = None,
     csrf_secret: bytes | None = None,
+    forwarded_allow_ips: Sequence[str] = (),
 ) -> Starlette:
     """The admin application over `services`.
 
@@ -76,6 +78,8 @@ def create_app(
     cookie made at sign-in, or `authenticator` itself when it is not `ApiKeys`.
     `csrf_secret` signs sessions, form tokens and flash messages; by default it is
     derived from the configured keys (the same in every process with the same keys).
+    `forwarded_allow_ips`: the proxies whose `X-Forwarded-For` names the client
+    (`jobledger.http.security.ForwardedFrom`); none by default.
     """
     if csrf_secret is None:
         csrf_secret = (
@@ -115,7 +119,13 @@ def create_app(
             JobledgerError: domain_error,
             HTTPException: http_error,
         },
-        middleware=[Middleware(SecureHeaders), Middleware(CatchAll), Middleware(BodyLimit)],
+        middleware=[
+            *([Middleware(ForwardedFrom, forwarded_allow_ips)] if forwarded_allow_ips else []),
+            Middleware(SecureHeaders),
+            Middleware(CatchAll),
+            Middleware(SameOriginPosts),
+            Middleware(BodyLimit),
+        ],
     )
     app.state.services = services
     app.state.api_auth = authenticator

@@ -24,7 +24,7 @@ from typing import Protocol
 from starlette.requests import HTTPConnection
 
 from jobledger.config.api_keys import Principal
-from jobledger.http.session import key_id, read_session
+from jobledger.http.session import key_id, read_session, same_text
 
 PAGE_COOKIE = "jobledger_session"
 
@@ -101,4 +101,5 @@ def csrf_token(secret: bytes, principal: Principal) -> str:
 
 
 def csrf_ok(secret: bytes, principal: Principal, token: str) -> bool:
-    return hmac.compare_digest(csrf_token(secret, principal), token)
+    """Whether `token` is `principal`'s form token (any text is safe to pass)."""
+    return same_text(csrf_token(secret, principal), token)

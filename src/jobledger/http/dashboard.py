@@ -177,7 +177,7 @@ async def dashboard(
     if paused is None:
         notes.append(
             "no worker runs in this process: pause state lives in each worker's memory"
-            " (metric jobledger_target_paused on its /metrics)"
+            " (jobledger_target_paused on its /metrics: jobledger worker --metrics-port)"
         )
     return {
         "as_of": iso(now),

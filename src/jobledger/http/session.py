@@ -10,6 +10,11 @@ made from is removed from the configuration, or when the secret changes.
 `serve` and `demo` print a sign-in link carrying a one-time token instead of a key:
 the token is redeemed once (the first visit), lives ten minutes, and is useless in
 browser history afterwards.
+
+The sign-in form itself is bound to a pre-session: the form's answer sets a random
+cookie (`PRESESSION_COOKIE`) and the form carries `signin_token(secret, cookie)`. A
+post needs both to match, so another site cannot sign a browser in under the
+attacker's key (login CSRF): it can make the browser post, but cannot read the token.
 """
 
 from __future__ import annotations
@@ -29,11 +34,22 @@ SESSION_TTL_S = 8 * 3600
 SIGNIN_TTL_S = 600
 MAX_SIGNIN_TOKENS = 64
 _SESSION = re.compile(r"([0-9a-f]{32})\.([0-9]{1,12})\.([0-9a-f]{64})", re.ASCII)
+PRESESSION_COOKIE = "jobledger_presession"
+_PRESESSION = re.compile(r"[A-Za-z0-9_-]{43}", re.ASCII)
 
 
 def key_id(digest: bytes) -> str:
     """The session's name for a key: 128 bits of a digest of the key's SHA-256."""
     return hashlib.sha256(b"jobledger-session-key\x00" + digest).hexdigest()[:32]
+
+
+def same_text(expected: str, given: str) -> bool:
+    """Whether `given` equals `expected`, in constant time for equal lengths. Compared as
+    UTF-8 bytes: `hmac.compare_digest` raises TypeError on a `str` holding non-ASCII, and
+    `given` comes from a cookie or a form field, where anyone can put any text."""
+    return hmac.compare_digest(
+        expected.encode("utf-8", "surrogatepass"), given.encode("utf-8", "surrogatepass")
+    )
 
 
 def _sign(secret: bytes, payload: str) -> str:
@@ -52,11 +68,30 @@ def read_session(secret: bytes, value: str, *, now: float | None = None) -> str 
     if match is None:
         return None
     kid, expiry, signature = match.groups()
-    if not hmac.compare_digest(_sign(secret, f"{kid}.{expiry}"), signature):
+    if not same_text(_sign(secret, f"{kid}.{expiry}"), signature):
         return None
     if int(expiry) < (time.time() if now is None else now):
         return None
     return kid
+
+
+def presession(cookie: str | None) -> str:
+    """The browser's pre-session id: its cookie when well-formed, else a new one."""
+    if cookie is not None and _PRESESSION.fullmatch(cookie):
+        return cookie
+    return secrets.token_urlsafe(32)
+
+
+def signin_token(secret: bytes, pre: str) -> str:
+    """The sign-in form's token for the pre-session `pre`."""
+    return hmac.new(secret, b"signin\x00" + pre.encode(), hashlib.sha256).hexdigest()
+
+
+def signin_token_ok(secret: bytes, cookie: str | None, token: str) -> bool:
+    """Whether `token` is the sign-in token of the well-formed pre-session `cookie`."""
+    if cookie is None or not _PRESESSION.fullmatch(cookie):
+        return False
+    return same_text(signin_token(secret, cookie), token)
 
 
 class SigninTokens:

@@ -9,14 +9,16 @@ same values as `extra` fields (code, target, dedupe_key, attempts, duration_ms,
 result, job_id, key, lane, trace_id, error), so `JOBLEDGER_LOG_FORMAT=json` turns each
 line into an object a log pipeline can filter on (`configure_logging`).
 
-`install_observers` hangs logs, alerts, metrics and tracing on `engine.observers`; the
-composition root calls it once.
+`install_observers` hangs logs, alerts, metrics, tracing and the event-loop watchdog
+on `engine.observers`; the composition root calls it once (and runs the watchdog as a
+reactor of the pod's workers).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +32,7 @@ from jobledger.observability.observe import Observer, RunRecord
 if TYPE_CHECKING:
     from jobledger.engine import Engine
     from jobledger.observability.alerts import AlertHook, AlertObserver
+    from jobledger.observability.loop_lag import LoopMonitor
     from jobledger.observability.metrics import MetricsObserver
     from jobledger.observability.tracing import TracingObserver
 
@@ -138,6 +141,52 @@ class JsonFormatter(logging.Formatter):
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
+#: what a text line must not carry as it is: C0 and C1 controls and DEL (a newline
+#: forges a line, an escape sequence rewrites a terminal), the Unicode line and
+#: paragraph separators, and the bidirectional overrides that reorder what is shown
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with its control characters written as escapes (`\\n`, `\\x1b`,
+    `\\u2028`): one line, whatever a key, a target or an error message held."""
+    return _CONTROL.sub(_escape_one, text) if _CONTROL.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, one record a line: the message's control characters escaped
+    (what a key, dedupe key, target or error holds comes from callers and handlers);
+    an exception or stack below it, each of its lines indented by two spaces, so no
+    line of it can pass for a record of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        # not `record.exc_text`: another handler may have cached it unindented
+        if record.exc_info:
+            line += "\n" + _indented(self.formatException(record.exc_info))
+        elif record.exc_text:
+            line += "\n" + _indented(record.exc_text)
+        if record.stack_info:
+            line += "\n" + _indented(self.formatStack(record.stack_info))
+        return line
+
+
+def _indented(text: str) -> str:
+    return "\n".join("  " + escape_controls(line) for line in text.splitlines())
+
 
 def configure_logging(settings: Settings, stream: IO[str] | None = None) -> logging.Handler:
     """Install one root handler for `settings.log_format` (text | json) and set
@@ -147,7 +196,7 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None) -> logg
         root.removeHandler(old)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler._jobledger = True  # type: ignore[attr-defined]
-    formatter = JsonFormatter() if settings.log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if settings.log_format == "json" else TextFormatter(TEXT_FORMAT)
     handler.setFormatter(formatter)
     root.addHandler(handler)
     root.setLevel(settings.log_level)
@@ -162,6 +211,7 @@ class Telemetry:
     alerts: AlertObserver
     metrics: MetricsObserver | None
     tracing: TracingObserver | None
+    loop: LoopMonitor | None = None  # None when loop_block_warn_s is 0
 
     @property
     def registry(self) -> Any:
@@ -177,12 +227,14 @@ def install_observers(
     metrics_registry: Any = None,
     tracer_provider: Any = None,
 ) -> Telemetry:
-    """Add the run log, alert, metrics and tracing observers to `engine.observers`.
+    """Add the run log, alert, metrics and tracing observers and the event-loop watchdog
+    (`telemetry.loop`: start and stop it with the workers) to `engine.observers`.
 
     Metrics need prometheus_client (the `http` extra) and tracing opentelemetry-api (the
     `otel` extra); a missing package leaves that observer out with a warning.
     """
     from jobledger.observability.alerts import JOB_DEAD, AlertObserver, LogAlertHook
+    from jobledger.observability.loop_lag import LoopMonitor
 
     settings = settings or engine.settings
     logs = RunLogObserver()
@@ -207,7 +259,12 @@ def install_observers(
         tracing = TracingObserver(tracer_provider)
     except ImportError:  # pragma: no cover - tracing imports the api lazily
         tracing = None
-    for observer in (logs, alerts, metrics, tracing):
+    loop = None
+    if settings.loop_block_warn_s > 0:
+        loop = LoopMonitor(engine.observers, settings.loop_block_warn_s)
+        if metrics is not None:
+            metrics.watch_loop(loop.stalled_s)
+    for observer in (logs, alerts, metrics, tracing, loop):
         if observer is not None:
             engine.observers.add(observer)
-    return Telemetry(logs, alerts, metrics, tracing)
+    return Telemetry(logs, alerts, metrics, tracing, loop)

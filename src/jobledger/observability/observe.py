@@ -1,15 +1,17 @@
 """What the engine tells the outside world: run lines, alerts, metrics, traces.
 
 The lanes, the scheduler and enqueue call an `Observers` fan-out; logging, the alert
-hook, Prometheus metrics and OpenTelemetry each implement `Observer` (any subset of its
-methods: the base class does nothing). An observer that raises is logged and ignored:
-telemetry never changes an outcome.
+hook, Prometheus metrics, OpenTelemetry and the event-loop watchdog each implement
+`Observer` (any subset of its methods: the base class does nothing). An observer that
+raises is logged and ignored: telemetry never changes an outcome. A call reaches only
+the observers that implement its method, so a hook nobody listens to costs one lookup.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -40,21 +42,49 @@ class Observer:
     def schedule_missed(self, code: str, slots: int, reason: str) -> None: ...
     def projection_lag(self, name: str, events_behind: int) -> None: ...
     def lossy_dropped(self, target: str, reason: str) -> None: ...
+    # a handler's run, around the handler only (both lanes and the lossy runners):
+    # called on the event loop, in the task that runs the handler
+    def run_started(self, job: Job) -> None: ...
+    def run_ended(self, job: Job) -> None: ...
+    # a store call that raised, where a lane or the heartbeat caught it and goes on;
+    # called inside the `except` block: `error` None means the exception being handled
+    def store_error(self, operation: str, error: BaseException | None = None) -> None: ...
+    # the event-loop probe: how late a periodic wake-up was (s), and a stall past the
+    # threshold with the handler that held the loop (target and job id, or None); the
+    # second is called from the watchdog's thread
+    def loop_lag(self, seconds: float) -> None: ...
+    def loop_blocked(self, target: str | None, job_id: str | None, seconds: float) -> None: ...
 
 
 class Observers(Observer):
-    """Fans every call out to the registered observers."""
+    """Fans every call out to the registered observers that implement it."""
 
     def __init__(self, observers: Sequence[Observer] = ()) -> None:
         self.observers: list[Observer] = list(observers)
+        self._calls: dict[str, list[tuple[Observer, Callable[..., None]]]] = {}
+        self._seen: list[Observer] = []
 
     def add(self, observer: Observer) -> None:
         self.observers.append(observer)
 
+    def _listeners(self, name: str) -> list[tuple[Observer, Callable[..., None]]]:
+        if self._seen != self.observers:  # `observers` is a public list: re-read on change
+            self._calls.clear()
+            self._seen = list(self.observers)
+        calls = self._calls.get(name)
+        if calls is None:
+            default = getattr(Observer, name)
+            calls = self._calls[name] = [
+                (o, getattr(o, name))
+                for o in self._seen
+                if getattr(type(o), name, default) is not default
+            ]
+        return calls
+
     def _each(self, name: str, *args: object) -> None:
-        for observer in self.observers:
+        for observer, method in self._listeners(name):
             try:
-                getattr(observer, name)(*args)
+                method(*args)
             except Exception:
                 logger.exception("observer %s.%s failed", type(observer).__name__, name)
 
@@ -84,3 +114,22 @@ class Observers(Observer):
 
     def lossy_dropped(self, target: str, reason: str) -> None:
         self._each("lossy_dropped", target, reason)
+
+    def run_started(self, job: Job) -> None:
+        self._each("run_started", job)
+
+    def run_ended(self, job: Job) -> None:
+        self._each("run_ended", job)
+
+    def store_error(self, operation: str, error: BaseException | None = None) -> None:
+        """Report a store call that failed; inside the `except` block that caught it,
+        `error` defaults to the exception being handled."""
+        caught = error if error is not None else sys.exc_info()[1]
+        if caught is not None:
+            self._each("store_error", operation, caught)
+
+    def loop_lag(self, seconds: float) -> None:
+        self._each("loop_lag", seconds)
+
+    def loop_blocked(self, target: str | None, job_id: str | None, seconds: float) -> None:
+        self._each("loop_blocked", target, job_id, seconds)

@@ -3,6 +3,10 @@ the lossy runner), `enqueue_traceparent` for each job enqueued. Both find the
 `TracingObserver` among the engine's observers; without one (or without
 opentelemetry-api) they cost a loop over the observers and change nothing.
 
+`traced_run` is also where the observers hear that a handler starts and ends
+(`run_started` / `run_ended`, in the handler's task): the event-loop watchdog learns
+from it which job's handler holds the loop.
+
     with traced_run(engine.observers, job) as run:
         try:
             await target.handler(job)          # spans opened here nest under job.run
@@ -41,10 +45,11 @@ class TracedRun:
     without tracing it costs the observers' loop and two calls per run (the lanes'
     hot path)."""
 
-    __slots__ = ("_context", "_job", "_otel", "_tracing", "span")
+    __slots__ = ("_context", "_job", "_observers", "_otel", "_tracing", "span")
 
     def __init__(self, observers: Observers, job: Job) -> None:
         self._tracing = tracing_of(observers)
+        self._observers = observers
         self._job = job
         self.span: Any = None
 
@@ -54,6 +59,7 @@ class TracedRun:
             self.span.record_exception(exc)
 
     def __enter__(self) -> TracedRun:
+        self._observers.run_started(self._job)
         if self._tracing is None:
             return self
         self.span = self._tracing.open_run(self._job)
@@ -70,12 +76,14 @@ class TracedRun:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.span is None:
-            return
         try:
-            self._context.__exit__(None, None, None)
+            if self.span is not None:
+                try:
+                    self._context.__exit__(None, None, None)
+                finally:
+                    otel_context.detach(self._otel)
         finally:
-            otel_context.detach(self._otel)
+            self._observers.run_ended(self._job)
 
 
 #: `with traced_run(engine.observers, job) as run:` reads as what it does

@@ -131,6 +131,7 @@ class PartitionWorker:
                 if sent:
                     self.event.set()  # a pass that ran rows is followed by another
             except Exception:
+                lane.engine.observers.store_error("fast_round")
                 logger.exception("partition %d: round failed; backing off", self.partition)
                 self.pass_.finish()
                 if self._carried is not None:  # marked, never sent: release it first

@@ -81,6 +81,7 @@ class PartitionLeases:
         try:
             await self.tick()
         except Exception:
+            self.observers.store_error("heartbeat")
             logger.exception("the first partition lease heartbeat failed; retrying next beat")
 
     async def run(self) -> None:
@@ -92,6 +93,7 @@ class PartitionLeases:
             try:
                 await self.tick()
             except Exception:
+                self.observers.store_error("heartbeat")
                 logger.exception("partition lease heartbeat failed; retrying next beat")
 
     def stop(self) -> None:

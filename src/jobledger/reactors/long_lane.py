@@ -92,6 +92,7 @@ class LongLane:
             try:
                 reserved = await self.reserve()
             except Exception:
+                self.engine.observers.store_error("long_reserve")
                 logger.exception("long lane reserve failed; backing off")
                 await self.clock.sleep(1.0)
                 self.event.set()
@@ -245,6 +246,7 @@ class LongLane:
             if not ok:  # the claim was taken over: this run still goes in the log
                 await self.outcomes.record_lost(latest, run, outcome, self.pod)
         except Exception:
+            self.engine.observers.store_error("long_outcome")
             self.current.pop(row.id, None)
             logger.exception("long lane: writing the outcome of job %s failed", row.id)
 
@@ -266,6 +268,7 @@ class LongLane:
                 try:
                     flags = await self.store.writes.apply(changes)
                 except Exception:
+                    self.engine.observers.store_error("long_renew")
                     logger.exception("long lane: lease renewal failed; retrying next beat")
                     continue
                 for row, change, ok in zip(rows, changes, flags, strict=True):

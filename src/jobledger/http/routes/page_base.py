@@ -17,6 +17,7 @@ from starlette.templating import Jinja2Templates
 from jobledger.config.api_keys import Principal
 from jobledger.http.auth import csrf_token
 from jobledger.http.json_html import json_pairs
+from jobledger.http.session import same_text
 
 HERE = Path(__file__).resolve().parent.parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -84,7 +85,7 @@ def read_flash(request: Request) -> dict[str, str] | None:
     if not raw:
         return None
     body, _, signature = unquote(raw).rpartition(".")
-    if not hmac.compare_digest(_flash_sign(request.app.state.csrf_secret, body), signature):
+    if not same_text(_flash_sign(request.app.state.csrf_secret, body), signature):
         return None
     try:
         value = json.loads(body)
