@@ -13,10 +13,8 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 
 from jobledger.domain.events import Actor
-from jobledger.domain.records import fast_init
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     trace_id: str | None = None

@@ -23,7 +23,6 @@ from jobledger.domain.jobs import (
     error_text,
 )
 from jobledger.domain.policies import retry_delay
-from jobledger.domain.records import fast_init
 from jobledger.domain.timeutil import iso
 
 
@@ -38,7 +37,6 @@ class Result(enum.StrEnum):
     SKIPPED = "skipped"  # SkipRun(reason): a late schedule slot
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class RunResult:
     result: Result
@@ -47,7 +45,6 @@ class RunResult:
     duration_ms: float = 0.0
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class OutcomePolicy:
     """What the outcome path needs to know about the job's target."""
@@ -57,7 +54,6 @@ class OutcomePolicy:
     retry_delays_minutes: tuple[float, ...]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The decision for one run: the change to write and what it means for the target."""
