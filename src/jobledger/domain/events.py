@@ -107,41 +107,16 @@ class Event:
         return json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False) + "\n"
 
 
-_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-
-
-def c_encoder(encoder: json.JSONEncoder) -> Any:
-    """The C encoder `encoder.encode` builds (with a closure) on every call, built once
-    with the same arguments, so it writes the same text; call it as `f(value, 0)` and
-    join the chunks. It has no circular-reference markers: a circular value recurses
-    until RecursionError. None where the C accelerator is missing."""
-    if _C_MAKE_ENCODER is None:
-        return None
-    strings = json.encoder.encode_basestring_ascii if encoder.ensure_ascii else None
-    return _C_MAKE_ENCODER(
-        None,
-        encoder.default,
-        strings or json.encoder.encode_basestring,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )
-
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-#: `_CANONICAL`'s C encoder (the event hash is on every transition's path); event data
-#: is plain JSON, checked when it enters the engine, so no circular-reference bookkeeping
-_C_ENCODER: Any = c_encoder(_CANONICAL)
+#: the canonical form: sorted keys, no spaces, UTF-8 kept. Event data is plain JSON,
+#: checked when it enters the engine, so the encoder keeps no circular-reference markers
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False
+)
 
 
 def canonical_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no spaces, UTF-8 kept."""
-    if _C_ENCODER is None or isinstance(value, str):
-        return _CANONICAL.encode(value)
-    return "".join(_C_ENCODER(value, 0))
+    return _CANONICAL.encode(value)
 
 
 def _orjson_writes_the_same(value: Any) -> bool:
