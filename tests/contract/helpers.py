@@ -13,8 +13,8 @@ from jobledger.core.ids import new_id, new_token
 from jobledger.domain import job_commands, job_outcomes, jobs, schedules
 from jobledger.domain.jobs import Change, Job, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
-from jobledger.domain.schedule_spec import ScheduleSpec
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedules.spec import ScheduleSpec
 from jobledger.engine import Engine
 from jobledger.storage.port import Store, Wake
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.domain.timeutil import iso
 
 

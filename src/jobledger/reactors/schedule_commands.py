@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 
 from jobledger.core import context
 from jobledger.core.clock import Clock
-from jobledger.domain import schedules as sched
 from jobledger.domain.errors import InvalidStatus, NotFound
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Change, Stamp
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules import commands as sched
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.port import Store
 
 #: compare-and-set retries of one command before giving up (another writer keeps winning)

@@ -26,8 +26,6 @@ from jobledger.core import context
 from jobledger.core.clock import Clock
 from jobledger.core.ids import new_id
 from jobledger.core.tasks import cancel_and_wait
-from jobledger.domain import schedule_slot_run, schedule_tick
-from jobledger.domain import schedules as sched
 from jobledger.domain.errors import (
     DuplicateSchedule,
     InvalidArgument,
@@ -35,8 +33,10 @@ from jobledger.domain.errors import (
 )
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, Stamp
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
-from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
+from jobledger.domain.schedules import commands as sched
+from jobledger.domain.schedules import slot_run, tick
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule, schedule_target
+from jobledger.domain.schedules.spec import ScheduleSpec, make_spec
 from jobledger.domain.timeutil import at_ms
 from jobledger.reactors.schedule_commands import CAS_RETRIES, ScheduleCommands
 from jobledger.reactors.waiting import wait_for
@@ -173,13 +173,13 @@ class Scheduler(ScheduleCommands):
 
     # --- the tick ---------------------------------------------------------------------
 
-    async def tick(self) -> list[schedule_tick.TickPlan]:
+    async def tick(self) -> list[tick.TickPlan]:
         """One tick: enqueue the due slot of every enabled, due, declared schedule.
 
         Returns the plans this pod wrote (another pod may have written the others).
         """
         now = self.clock.now()
-        applied: list[schedule_tick.TickPlan] = []
+        applied: list[tick.TickPlan] = []
         earliest: datetime | None = None
         for row in await self.store.list_schedules():
             if row.code not in self._declared:
@@ -194,7 +194,7 @@ class Scheduler(ScheduleCommands):
 
     async def _tick_one(
         self, row: Schedule, now: datetime
-    ) -> tuple[schedule_tick.TickPlan | None, Schedule]:
+    ) -> tuple[tick.TickPlan | None, Schedule]:
         written: tuple[datetime, str] | None = None  # (slot, job id) written on a lost race
         for _ in range(CAS_RETRIES):
             plan = self._plan(row, now, written[1] if written else None)
@@ -224,10 +224,8 @@ class Scheduler(ScheduleCommands):
         logger.warning("schedule %s: tick gave up after %d lost races", row.code, CAS_RETRIES)
         return None, row
 
-    def _plan(
-        self, row: Schedule, now: datetime, job_id: str | None
-    ) -> schedule_tick.TickPlan | None:
-        return schedule_tick.plan_tick(
+    def _plan(self, row: Schedule, now: datetime, job_id: str | None) -> tick.TickPlan | None:
+        return tick.plan_tick(
             row,
             now,
             grace=self.grace,
@@ -236,7 +234,7 @@ class Scheduler(ScheduleCommands):
             partitions=self.settings.partitions,
         )
 
-    def _report(self, plan: schedule_tick.TickPlan, *, job_written: bool) -> None:
+    def _report(self, plan: tick.TickPlan, *, job_written: bool) -> None:
         code = plan.schedule.stream.removeprefix("schedule:")
         if plan.missed is not None and plan.reason is not None:
             logger.warning(
@@ -274,20 +272,18 @@ class Scheduler(ScheduleCommands):
         now = self.clock.now()
         row = await self.store.get_schedule(code)
         policy = row.missed_slot_policy if row else declaration.spec.missed_slot_policy
-        slot = schedule_slot_run.slot_of(job)
+        slot = slot_run.slot_of(job)
         newer = False
-        if schedule_slot_run.needs_newer_slot_check(policy, job, now, grace=self.grace):
+        if slot_run.needs_newer_slot_check(policy, job, now, grace=self.grace):
             newer = await self._newer_slot_pending(code, job, slot)
-        verdict = schedule_slot_run.decide_slot_run(
+        verdict = slot_run.decide_slot_run(
             row, policy, job, now, grace=self.grace, newer_pending=newer
         )
         if not verdict.run:
-            await self._record(
-                code, lambda r, s: schedule_slot_run.slot_skipped(r, job, verdict, s)
-            )
+            await self._record(code, lambda r, s: slot_run.slot_skipped(r, job, verdict, s))
             raise SkipRun(verdict.skip_text)
         result = await declaration.handler(SlotRun(code, slot, job))
-        await self._record(code, lambda r, s: schedule_slot_run.slot_ran(r, job, s))
+        await self._record(code, lambda r, s: slot_run.slot_ran(r, job, s))
         return result
 
     async def _newer_slot_pending(self, code: str, job: Job, slot: datetime) -> bool:
@@ -300,7 +296,7 @@ class Scheduler(ScheduleCommands):
             if other.id == job.id:
                 continue
             try:
-                if schedule_slot_run.slot_of(other) > slot:
+                if slot_run.slot_of(other) > slot:
                     return True
             except InvalidArgument:
                 continue

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from jobledger.domain.chain import LogRow, event_row
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 
 # the transaction handle lives in its own module; imported from here as before
 from jobledger.storage.transaction import Transaction as Transaction

@@ -23,7 +23,7 @@ from typing import Any
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.feed import LocalFeed, Subscription, wake_of
 from jobledger.storage.memory.coordination import MemoryCoordination
 from jobledger.storage.memory.log import MemoryLog

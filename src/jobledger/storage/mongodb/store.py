@@ -26,7 +26,7 @@ from pymongo.errors import PyMongoError
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.feed import LocalFeed, Subscription, wake_of
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb import codec

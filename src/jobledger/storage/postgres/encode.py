@@ -16,7 +16,7 @@ from typing import Any
 
 from jobledger.domain.events import GENESIS_HASH, Event, EventType, actor_json
 from jobledger.domain.jobs import Change, Job, JobStatus
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.jsontext import dumps, json_bytes
 from jobledger.storage.postgres.enqueue_statements import (
     ONE_EVENT_FIELDS,

@@ -14,7 +14,7 @@ from psycopg.types.string import TextLoader
 from jobledger.domain.chain import LogRow
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.domain.timeutil import iso
 from jobledger.storage import jsontext
 from jobledger.storage.port import JobFilter

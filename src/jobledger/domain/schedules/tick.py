@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobledger.domain import cron as cronlib
 from jobledger.domain import job_commands
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
-from jobledger.domain.schedules import next_run_iso, schedule_change
+from jobledger.domain.schedules import cron as cronlib
+from jobledger.domain.schedules.changes import next_run_iso, schedule_change
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule, schedule_target
 from jobledger.domain.timeutil import at_ms, iso
 
 #: counting due slots stops here after a long downtime; the newest is still found

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import Change, Job, Stamp
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
-from jobledger.domain.schedules import schedule_change
+from jobledger.domain.schedules.changes import schedule_change
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms, iso, parse_iso
 
 
