@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.config.settings import Settings
 from jobledger.core.clock import Clock, SystemClock
 from jobledger.engine import Engine

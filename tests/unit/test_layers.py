@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"config", "core", "domain", "observability", "storage"},
     "admin": {"core", "domain", "storage"},
     "projections": {"config", "core", "domain", "observability", "storage"},
-    "reactors": {"config", "core", "domain", "observability", "storage"},
+    "reactors": {"admin", "config", "core", "domain", "observability", "storage"},
     "targets": {"config", "core", "domain", "observability", "storage"},
     "http": {"admin", "config", "core", "domain", "observability", "projections", "storage"},
     "integrations": {"core", "domain", "engine", "storage"},

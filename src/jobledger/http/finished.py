@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from jobledger.admin import CLOSED_STATUS
+from jobledger.admin.jobs import CLOSED_STATUS
 from jobledger.core.ids import is_job_id
 from jobledger.domain import jobs
 from jobledger.domain.events import Event

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobledger.admin import BULK_LIMIT
+from jobledger.admin.jobs import BULK_LIMIT
 from jobledger.domain.jobs import JobStatus
 from jobledger.http.finished import FINISHED_STATUSES, SCAN_LIMIT
 from jobledger.http.listing import COUNT_CAP

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.domain.errors import NotFound
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.schedules.row import Schedule, schedule_stream

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from jobledger.admin.schedules import CAS_RETRIES, ScheduleCommands
 from jobledger.core import context
 from jobledger.core.clock import Clock
 from jobledger.core.ids import new_id
@@ -38,7 +39,6 @@ from jobledger.domain.schedules import slot_run, tick
 from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule, schedule_target
 from jobledger.domain.schedules.spec import ScheduleSpec, make_spec
 from jobledger.domain.timeutil import at_ms
-from jobledger.reactors.schedule_commands import CAS_RETRIES, ScheduleCommands
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.feed import Subscription
 from jobledger.storage.port import JobFilter, Wake

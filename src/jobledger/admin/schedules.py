@@ -1,6 +1,6 @@
 """The admin's schedule commands: get, list, enable, disable, cron override.
 
-Each command reads the row, asks `jobledger.domain.schedules` (pure) for the change,
+Each command reads the row, asks `jobledger.domain.schedules.commands` (pure) for the change,
 and applies it with a compare-and-set on the schedule stream; a lost race reads again
 and rebuilds, up to CAS_RETRIES times. The scheduler's boot sync and slot records use
 the same `_write`.
