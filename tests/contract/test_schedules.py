@@ -20,8 +20,9 @@ import pytest
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
+from jobledger.domain.chain import verify_chain
 from jobledger.domain.errors import DuplicateSchedule, InvalidCron, NotFound
-from jobledger.domain.events import Actor, Event, EventType, verify_chain
+from jobledger.domain.events import Actor, Event, EventType
 from jobledger.domain.jobs import Job, JobStatus
 from jobledger.domain.schedules.row import MissedSlotPolicy
 from jobledger.engine import Engine

@@ -19,7 +19,8 @@ from typing import Any
 import bson
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain.events import Event, verify_chain
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Stamp
 from jobledger.domain.schedules import commands
 from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from jobledger.domain.chain import verify_chain
 from jobledger.domain.errors import InvalidArgument, InvalidCron
-from jobledger.domain.events import Actor, Event, EventType, verify_chain
+from jobledger.domain.events import Actor, Event, EventType
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Stamp
 from jobledger.domain.schedules import commands as sched
 from jobledger.domain.schedules import slot_run, tick

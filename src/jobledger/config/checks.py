@@ -1,7 +1,7 @@
 """Checks on converted setting values: each returns a problem (a sentence) or None.
 
 `parse_kafka_target_topics` is here too: the `kafka_target_topics` check and the Kafka
-target (`jobledger.targets.kafka_rules`) share its grammar.
+target (`jobledger.targets.kafka.rules`) share its grammar.
 """
 
 from __future__ import annotations

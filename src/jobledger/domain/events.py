@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -253,14 +253,3 @@ def new_event(
     at = at_ms(at)
     digest = envelope_hash(stream, version, type, data, iso(at), actor, trace_id, prev_hash)
     return Event(stream, version, type, data, at, actor, trace_id, prev_hash, digest)
-
-
-def verify_chain(
-    events: Sequence[Event], last: dict[str, tuple[int, str]] | None = None
-) -> list[str]:
-    """Problems in the per-stream hash chains of `events`, in log order: the checks of
-    `domain.chain.chain_problems` (`last`: each stream's (version, hash) already checked,
-    updated in place; None: every stream starts in `events`)."""
-    from jobledger.domain.chain import chain_problems, event_row  # chain builds on this module
-
-    return chain_problems(map(event_row, events), {} if last is None else last)

@@ -35,9 +35,10 @@ from jobledger.domain.errors import (
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, Stamp
 from jobledger.domain.schedules import commands as sched
-from jobledger.domain.schedules import slot_run, tick
+from jobledger.domain.schedules import slot_run
 from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule, schedule_target
 from jobledger.domain.schedules.spec import ScheduleSpec, make_spec
+from jobledger.domain.schedules.tick import TickPlan, plan_tick
 from jobledger.domain.timeutil import at_ms
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.feed import Subscription
@@ -173,13 +174,13 @@ class Scheduler(ScheduleCommands):
 
     # --- the tick ---------------------------------------------------------------------
 
-    async def tick(self) -> list[tick.TickPlan]:
+    async def tick(self) -> list[TickPlan]:
         """One tick: enqueue the due slot of every enabled, due, declared schedule.
 
         Returns the plans this pod wrote (another pod may have written the others).
         """
         now = self.clock.now()
-        applied: list[tick.TickPlan] = []
+        applied: list[TickPlan] = []
         earliest: datetime | None = None
         for row in await self.store.list_schedules():
             if row.code not in self._declared:
@@ -192,9 +193,7 @@ class Scheduler(ScheduleCommands):
         self._earliest = earliest
         return applied
 
-    async def _tick_one(
-        self, row: Schedule, now: datetime
-    ) -> tuple[tick.TickPlan | None, Schedule]:
+    async def _tick_one(self, row: Schedule, now: datetime) -> tuple[TickPlan | None, Schedule]:
         written: tuple[datetime, str] | None = None  # (slot, job id) written on a lost race
         for _ in range(CAS_RETRIES):
             plan = self._plan(row, now, written[1] if written else None)
@@ -224,8 +223,8 @@ class Scheduler(ScheduleCommands):
         logger.warning("schedule %s: tick gave up after %d lost races", row.code, CAS_RETRIES)
         return None, row
 
-    def _plan(self, row: Schedule, now: datetime, job_id: str | None) -> tick.TickPlan | None:
-        return tick.plan_tick(
+    def _plan(self, row: Schedule, now: datetime, job_id: str | None) -> TickPlan | None:
+        return plan_tick(
             row,
             now,
             grace=self.grace,
@@ -234,7 +233,7 @@ class Scheduler(ScheduleCommands):
             partitions=self.settings.partitions,
         )
 
-    def _report(self, plan: tick.TickPlan, *, job_written: bool) -> None:
+    def _report(self, plan: TickPlan, *, job_written: bool) -> None:
         code = plan.schedule.stream.removeprefix("schedule:")
         if plan.missed is not None and plan.reason is not None:
             logger.warning(

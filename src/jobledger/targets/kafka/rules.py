@@ -4,13 +4,13 @@
   events plus `KAFKA_TARGET_TOPICS`);
 * which topic a job goes to (the per-event override when the job's code is a declared
   producer event, else the target's own topic);
-* the record (`jobledger.targets.kafka_record`): key = job key, value = compact JSON
+* the record (`jobledger.targets.kafka.record`): key = job key, value = compact JSON
   of the payload, headers `event_id` (the job id, overridden by the job's headers),
   `traceparent` and `trace_id`;
 * how a failed send is classified (`classify`) and which handler signal each class
   raises (`signal_for`).
 
-`jobledger.targets.kafka` is the thin adapter that carries these out with aiokafka.
+`jobledger.targets.kafka.target` is the thin adapter that carries these out with aiokafka.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from jobledger.domain.errors import (
     TargetUnreachable,
 )
 from jobledger.domain.jobs import DeliveryMode, Job
-from jobledger.targets.kafka_record import InvalidRecord
+from jobledger.targets.kafka.record import InvalidRecord
 
 PREFIX = "kafka:"
 TARGET_TOPICS_SETTING = "KAFKA_TARGET_TOPICS"
