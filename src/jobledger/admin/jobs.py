@@ -1,5 +1,5 @@
 """Job admin commands: detail with history, retry, skip, cancel (the listing is
-`jobledger.http.listing`).
+`jobledger.http.queries.open_jobs`).
 
 Thin over the pure core: read the row, let `domain.jobs` decide (it raises
 InvalidStatus for a row in the wrong state), then `store.apply` the change under its

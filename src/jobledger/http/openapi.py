@@ -10,9 +10,9 @@ from typing import Any
 
 from jobledger.admin.jobs import BULK_LIMIT
 from jobledger.domain.jobs import JobStatus
-from jobledger.http.dashboard import DEPTH_NAMES, OUTCOME_NAMES, RANGES
-from jobledger.http.finished import FINISHED_STATUSES, SCAN_LIMIT
-from jobledger.http.listing import COUNT_CAP
+from jobledger.http.queries.dashboard_numbers import DEPTH_NAMES, OUTCOME_NAMES, RANGES
+from jobledger.http.queries.finished_jobs import FINISHED_STATUSES, SCAN_LIMIT
+from jobledger.http.queries.open_jobs import COUNT_CAP
 from jobledger.projections.stats import OUTCOMES
 
 PREFIX = "/api/v1"

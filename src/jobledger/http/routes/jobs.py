@@ -11,7 +11,7 @@ from jobledger.config.api_keys import Principal
 from jobledger.core.ids import is_job_id
 from jobledger.domain.jobs import JobStatus
 from jobledger.http.errors import ValidationFailed
-from jobledger.http.listing import list_open
+from jobledger.http.queries.open_jobs import list_open
 from jobledger.http.routes._guard import api, int_param, services
 from jobledger.http.serialize import event_json, job_json
 from jobledger.storage.port import JobFilter
