@@ -29,7 +29,7 @@ from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.observability.observe import Observers
-from jobledger.observability.tracing_spans import enqueue_traceparent, tracing_of
+from jobledger.observability.tracing import enqueue_traceparent, tracing_of
 from jobledger.storage.port import Store, Transaction
 
 logger = logging.getLogger("jobledger.enqueue")

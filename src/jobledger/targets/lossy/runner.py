@@ -33,7 +33,7 @@ from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Job, NewJob, Stamp
 from jobledger.observability.logs import log_run_line
 from jobledger.observability.observe import RunRecord
-from jobledger.observability.tracing_spans import traced_run
+from jobledger.observability.tracing import traced_run
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
