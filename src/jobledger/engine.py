@@ -37,7 +37,7 @@ logger = logging.getLogger("jobledger.enqueue")
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """What `enqueue` did with one item (reference: `{inserted, lossy}`).
+    """What `enqueue` did with one item.
 
     `inserted` True: `job_id` is the new job. False on a dedupe hit: `job_id` is the job
     that already holds the dedupe key (enqueued earlier, in this transaction or this

@@ -59,7 +59,7 @@ def check_code_topics(value: dict[str, str]) -> str | None:
 
 
 def parse_kafka_target_topics(text: str) -> list[tuple[str, DeliveryMode]]:
-    """`topic[:at_least_once|:at_most_once],…` (reference §8 KAFKA_TARGET_TOPICS)."""
+    """`topic[:at_least_once|:at_most_once],…` (the KAFKA_TARGET_TOPICS setting)."""
     result: list[tuple[str, DeliveryMode]] = []
     for part in split_list(text):
         topic, sep, mode = part.partition(":")

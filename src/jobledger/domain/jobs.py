@@ -5,7 +5,7 @@ admin) and `job_outcomes` (the one outcome path of both lanes): pure functions
 `(job, command arguments) -> Change`, a state and a command in, events and the new row
 out. `apply(job, event)` is the only way a row changes; `jobledger replay` folds the log
 with its in-place twin `apply_state` (same helpers), so the live queue and a rebuilt one
-cannot disagree. State machine (reference §6, closing G2 and G6)::
+cannot disagree. State machine::
 
     (new) --JobEnqueued--> PENDING
     PENDING --JobDispatched--> PENDING + in-flight mark        (fast lane, at-most-once)
@@ -162,7 +162,7 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """What a business module asks for (reference §4 `enqueue`)."""
+    """What a business module asks `enqueue` for."""
 
     target: str
     payload: Any = None

@@ -1,7 +1,6 @@
-"""JSON forms of the read models, with the reference's field names (§3).
+"""JSON forms of the read models, with the field names the TypeScript engine's API used.
 
-A job row carries `_id` (the job id) and, like the reference's lean list rows, no
-payload unless asked for. Times are ISO 8601 UTC with milliseconds; unset fields are
+A job row carries `_id` (the job id) and, in lists, no payload unless asked for. Times are ISO 8601 UTC with milliseconds; unset fields are
 null rather than absent, so every row has the same keys.
 """
 

@@ -119,8 +119,8 @@ class Scheduler(ScheduleCommands):
         """Declare a schedule at start-up (before `sync`).
 
         `runs_per_slot` is the TOTAL number of runs one slot gets (default 3 = the
-        first run and 2 retries at 1 and 2 min). `retry_count` is the reference's name
-        for the same number, kept as a deprecated alias (G7). Raises InvalidCron,
+        first run and 2 retries at 1 and 2 min). `retry_count` is the TypeScript engine's
+        name for the same number, kept as a deprecated alias. Raises InvalidCron,
         DuplicateSchedule, InvalidArgument.
         """
         if code in self._declared:

@@ -1,4 +1,4 @@
-"""Finished jobs (issue 19 item 8): jobs that left the queue — SUCCEEDED, SKIPPED,
+"""Finished jobs: jobs that left the queue — SUCCEEDED, SKIPPED,
 CANCELLED, EXPIRED — browsed from the log, where they stay until the archive's
 retention (`log_retention_days`) removes their streams.
 

@@ -1,4 +1,4 @@
-"""`/api/v1/jobs`: list (reference §4), detail with history, retry, skip, cancel."""
+"""`/api/v1/jobs`: list, detail with history, retry, skip, cancel."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def cursor_param(request: Request, name: str) -> str | None:
 
 @api(query=("status", "target", "code", "key", "page", "limit", "before", "after"))
 async def list_jobs(request: Request, principal: Principal) -> dict[str, Any]:
-    """Reference §4's listing plus keyset cursors (`before`/`after`, answered with
-    `next`/`prev`) and a total counted up to `listing.COUNT_CAP` (`total_capped`)."""
+    """The open jobs, `page` by `limit`, plus keyset cursors (`before`/`after`, answered
+    with `next`/`prev`) and a total counted up to `open_jobs.COUNT_CAP` (`total_capped`)."""
     flt = job_filter(request)
     page = int_param(request, "page", 1, minimum=1, maximum=MAX_PAGE)
     limit = int_param(request, "limit", MAX_LIMIT, minimum=1, maximum=MAX_LIMIT)

@@ -1,4 +1,4 @@
-"""The Kafka record of a job, with no I/O (reference §7 "Kafka send details").
+"""The Kafka record of a job, with no I/O.
 
 Key = the job's key; value = compact JSON of the payload, exactly the bytes
 `json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)` writes

@@ -1,4 +1,4 @@
-"""The Kafka target's decisions, with no I/O (reference §7 "Kafka send details").
+"""The Kafka target's decisions, with no I/O.
 
 * which `kafka:<topic>` targets exist and in which delivery mode (declared producer
   events plus `KAFKA_TARGET_TOPICS`);
@@ -49,7 +49,7 @@ def topic_of(target: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KafkaEvent:
-    """A declared producer event (reference KAFKA_EVENTS): jobs of code `event` go to
+    """A declared producer event: jobs of code `event` go to
     `kafka:<default_topic>`, or to the topic the settings override it with."""
 
     event: str
@@ -165,7 +165,7 @@ def check_overrides(events: Iterable[KafkaEvent], overrides: Mapping[str, str]) 
 
 def topic_for(job: Job, events: Mapping[str, KafkaEvent], overrides: Mapping[str, str]) -> str:
     """The override when the job's code is a declared producer event, else the target's
-    topic (reference kafka.target.ts:81)."""
+    topic."""
     if job.code in events and job.code in overrides:
         return overrides[job.code]
     return topic_of(job.target)
@@ -220,7 +220,7 @@ _TIMED_OUT: tuple[type[BaseException], ...] = (
 
 
 def classify(exc: BaseException, phase: Phase = Phase.DELIVERY) -> KafkaFailure:
-    """The class of one failed send (reference kafkaFailure, kafka.target.ts:40-51)."""
+    """The class of one failed send."""
     if isinstance(exc, InvalidRecord):
         return KafkaFailure.INVALID
     if phase == Phase.CONNECT:
@@ -260,7 +260,7 @@ def describe(exc: BaseException) -> str:
 
 
 def signal_for(failure: KafkaFailure, topic: str, exc: BaseException) -> Exception:
-    """The exception the handler raises for `failure` (reference §4 handler errors)."""
+    """The exception the handler raises for `failure` (a handler signal the outcome path reads)."""
     message = f"kafka {failure.value} on {topic!r}: {describe(exc)}"
     if failure == KafkaFailure.NOT_SENT:
         return TargetUnreachable(message)

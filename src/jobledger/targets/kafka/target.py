@@ -205,7 +205,7 @@ class KafkaTarget:
 
     # --- the handler ---------------------------------------------------------------------
     async def __call__(self, job: Job) -> None:
-        """Send `job`; raise the handler signal of its failure class (reference §4)."""
+        """Send `job`; raise the handler signal of its failure class."""
         if not self.enabled:
             raise TargetUnreachable("kafka is disabled (kafka_enabled=off): nothing sent")
         overrides = self.topic_overrides

@@ -9,8 +9,7 @@ rollback hands nothing over). A runner takes it from there:
   dropped at hand-off.
 * `RedisLossyRunner` (targets/lossy/redis_stream.py, when `lossy_redis_url` is set): XADD to a
   Redis stream read by a consumer group, so any pod with workers on runs it, including
-  items handed over on a `JOBS_WORKERS=off` pod (closes G9: the consumer honours the
-  switch).
+  items handed over on a `JOBS_WORKERS=off` pod (the consumer honours the switch).
 
 Either way a handler runs at most once, inside `jobledger.core.context.job_context` (the
 enqueuer's trace, its actor opened `via: system`). Every drop is counted
