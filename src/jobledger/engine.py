@@ -28,6 +28,7 @@ from jobledger.domain.enqueue_rules import check_counter_key, check_new_job
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
+from jobledger.domain.records import fast_init
 from jobledger.observability.observe import Observers
 from jobledger.observability.tracing import enqueue_traceparent, tracing_of
 from jobledger.storage.port import Store, Transaction
@@ -35,6 +36,7 @@ from jobledger.storage.port import Store, Transaction
 logger = logging.getLogger("jobledger.enqueue")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     """What `enqueue` did with one item.

@@ -13,8 +13,10 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 
 from jobledger.domain.events import Actor
+from jobledger.domain.records import fast_init
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     trace_id: str | None = None

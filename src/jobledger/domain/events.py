@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from jobledger.domain.records import fast_init
 from jobledger.domain.timeutil import at_ms, iso
 
 GENESIS_HASH = ""
@@ -74,6 +75,7 @@ class Actor:
 SYSTEM = Actor(id="jobledger", via="system")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Event:
     stream: str

@@ -23,6 +23,7 @@ from jobledger.domain.jobs import (
     error_text,
 )
 from jobledger.domain.policies import retry_delay
+from jobledger.domain.records import fast_init
 from jobledger.domain.timeutil import iso
 
 
@@ -38,6 +39,7 @@ class Result(enum.StrEnum):
     SKIPPED = "skipped"  # SkipRun(reason): a late schedule slot
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunResult:
     result: Result
@@ -46,6 +48,7 @@ class RunResult:
     duration_ms: float = 0.0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OutcomePolicy:
     """What the outcome path needs to know about the job's target."""
@@ -55,6 +58,7 @@ class OutcomePolicy:
     retry_delays_minutes: tuple[float, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The decision for one run: the change to write and what it means for the target."""

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from jobledger.domain.jobs import DeliveryMode, Job, JobStatus
+from jobledger.domain.records import fast_init
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TargetView:
     """What the planner needs to know about one target on this pod right now."""
@@ -31,6 +33,7 @@ class TargetView:
     exclusive: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """One round of one partition.
