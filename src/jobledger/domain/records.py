@@ -8,7 +8,7 @@ is on every job's path (decisions D30 has the drain's figures with and without i
 the same signature (checked here), the same defaults, the same instance; assignment
 afterwards still raises `FrozenInstanceError`.
 
-What is generated. For the `Outcome` record (domain/jobs.py),
+What is generated. For the `Outcome` record (domain/job_outcomes.py),
 
     @fast_init
     @dataclass(frozen=True, slots=True)
