@@ -46,7 +46,7 @@ import psycopg
 from pg_common import bench_dsn
 from psycopg.conninfo import conninfo_to_dict
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.config.api_keys import parse_api_keys
 from jobledger.core.clock import SystemClock
 from jobledger.domain.jobs import JobStatus, NewJob

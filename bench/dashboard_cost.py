@@ -1,5 +1,5 @@
 """What one dashboard request costs as the queue grows: wall time and
-peak Python allocations (tracemalloc) of `jobledger.http.dashboard.dashboard` on a
+peak Python allocations (tracemalloc) of `jobledger.http.queries.dashboard_numbers.dashboard` on a
 SQLite store with n and 10 n jobs (3 of every 8 stay open), after the stats checkpoint
 has caught up; the checkpoint's size; and the stats fold with and without the queue
 depth samples (`projections.depth`), over the same events. Ratios are same-run.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # tests.contract.projections.test_replay_workload
 from tests.contract.projections.test_replay_workload import generate  # noqa: E402
 
 from jobledger.core.clock import FakeClock  # noqa: E402
-from jobledger.http.dashboard import RANGES, dashboard  # noqa: E402
+from jobledger.http.queries.dashboard_numbers import RANGES, dashboard  # noqa: E402
 from jobledger.projections import depth  # noqa: E402
 from jobledger.projections.stats import StatsProjection, catch_up_stats  # noqa: E402
 from jobledger.storage.port import JobFilter  # noqa: E402

@@ -58,7 +58,7 @@ from jobledger.domain.jobs import Job, JobStatus, Lane, NewJob  # noqa: E402
 from jobledger.engine import Engine  # noqa: E402
 from jobledger.reactors.runtime import Runtime  # noqa: E402
 from jobledger.storage.port import JobFilter, Store  # noqa: E402
-from jobledger.targets.kafka import install_kafka  # noqa: E402
+from jobledger.targets.kafka.target import install_kafka  # noqa: E402
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PATHS = ("raw", "kafka", "noop")

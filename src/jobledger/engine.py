@@ -30,7 +30,7 @@ from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
 from jobledger.domain.records import fast_init
 from jobledger.observability.observe import Observers
-from jobledger.observability.tracing_spans import enqueue_traceparent, tracing_of
+from jobledger.observability.tracing import enqueue_traceparent, tracing_of
 from jobledger.storage.port import Store, Transaction
 
 logger = logging.getLogger("jobledger.enqueue")
@@ -39,7 +39,7 @@ logger = logging.getLogger("jobledger.enqueue")
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """What `enqueue` did with one item (reference: `{inserted, lossy}`).
+    """What `enqueue` did with one item.
 
     `inserted` True: `job_id` is the new job. False on a dedupe hit: `job_id` is the job
     that already holds the dedupe key (enqueued earlier, in this transaction or this

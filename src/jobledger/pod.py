@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.config.settings import Settings
 from jobledger.core.clock import Clock, SystemClock
 from jobledger.engine import Engine
@@ -49,8 +49,8 @@ class Pod:
     runtime: Runtime
     keys: Mapping[str, Any]  # API key -> jobledger.http.auth.Principal
     generated_key: str | None = None  # set when no key was configured (printed by serve/demo)
-    lossy: Any = None  # jobledger.targets.lossy.LossyRunner
-    kafka: Any = None  # jobledger.targets.kafka.KafkaTarget, once use_kafka() was called
+    lossy: Any = None  # jobledger.targets.lossy.runner.LossyRunner
+    kafka: Any = None  # jobledger.targets.kafka.target.KafkaTarget, once use_kafka() was called
     _http: Any = None
     _server: Any = None
     _started: bool = False
@@ -90,7 +90,7 @@ class Pod:
     def use_kafka(self, events: Sequence[Any] = (), **options: Any) -> Any:
         """Register the `kafka:<topic>` targets (declared producer events, plus
         KAFKA_TARGET_TOPICS) and run their producer as a runtime service."""
-        from jobledger.targets.kafka import install_kafka
+        from jobledger.targets.kafka.target import install_kafka
 
         if self.kafka is not None:
             raise RuntimeError("use_kafka() was already called")
@@ -214,7 +214,7 @@ def build(
     from jobledger.projections.retention import Retention
     from jobledger.projections.stats import stats_reactor
     from jobledger.reactors.scheduler import Scheduler
-    from jobledger.targets.lossy import install_lossy
+    from jobledger.targets.lossy.install import install_lossy
 
     settings = settings or Settings()
     if store is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain.errors import ConfigError
@@ -27,7 +27,7 @@ from jobledger.observability.observe import Observer, RunRecord
 from jobledger.reactors.runtime import Runtime
 
 if TYPE_CHECKING:
-    from jobledger.app import App
+    from jobledger.pod import Pod
 
 __all__ = ["FakeClock", "Ran", "run_until_idle"]
 
@@ -55,6 +55,16 @@ class Ran:
         return sum(self.results.values())
 
 
+class Startable(Protocol):
+    """What `run_until_idle` needs of a `jobledger.App`: its pod, and a start without
+    workers when the pod has not started yet."""
+
+    @property
+    def pod(self) -> Pod: ...
+
+    async def start(self, *, workers: bool | None = None) -> None: ...
+
+
 class _Tally(Observer):
     def __init__(self) -> None:
         self.results: Counter[str] = Counter()
@@ -63,7 +73,7 @@ class _Tally(Observer):
         self.results[record.result] += 1
 
 
-async def run_until_idle(app: App, *, max_rounds: int = 1000) -> Ran:
+async def run_until_idle(app: Startable, *, max_rounds: int = 1000) -> Ran:
     pod = app.pod
     if pod.runtime.started:
         raise ConfigError(

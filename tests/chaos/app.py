@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from jobledger.domain.jobs import DeliveryMode
-from jobledger.targets.kafka import KafkaEvent, KafkaTarget, install_kafka
+from jobledger.targets.kafka.target import KafkaEvent, KafkaTarget, install_kafka
 
 AMO_TOPIC = "chaos.amo"
 ALO_TOPIC = "chaos.alo"

@@ -10,10 +10,11 @@ from typing import Any
 
 from jobledger.core.clock import FakeClock
 from jobledger.core.ids import new_token
-from jobledger.domain import job_commands, job_outcomes, jobs, schedules
+from jobledger.domain import job_commands, job_outcomes, jobs
 from jobledger.domain.jobs import Change, Job, Lane, Stamp
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
-from jobledger.domain.schedule_spec import ScheduleSpec
+from jobledger.domain.schedules import commands as schedule_commands
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedules.spec import ScheduleSpec
 from jobledger.engine import Engine
 from jobledger.storage.feed import Wake
 from jobledger.storage.port import Store
@@ -79,11 +80,11 @@ def _policy() -> job_outcomes.OutcomePolicy:
 def declared_schedule(code: str, at: datetime) -> Change:
     """A schedule stream's first event and row, from the domain's schedule commands."""
     spec = ScheduleSpec(code, "*/5 * * * *", "UTC", MissedSlotPolicy.SKIP, 3)
-    return schedules.declared(spec, Stamp(at))
+    return schedule_commands.declared(spec, Stamp(at))
 
 
 def disable_schedule(row: Schedule, at: datetime) -> Change:
-    change = schedules.disabled(row, Stamp(at))
+    change = schedule_commands.disabled(row, Stamp(at))
     assert change is not None
     return change
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from jobledger.core.clock import FakeClock
-from jobledger.http import finished
+from jobledger.http.queries import finished_jobs
 from jobledger.storage.port import Store
 from tests.contract.helpers import succeed
 from tests.unit.http_helpers import ADMIN, World, client, world
@@ -92,12 +92,12 @@ async def test_pages_back_by_log_position_within_the_scan_limit(
         rare = await _succeeded(w, target="kafka:orders", key="rare")
         for n in range(3):
             await _succeeded(w, key=f"later{n}")
-        page = await finished.browse(
-            store, finished.FinishedFilter(target="kafka:orders"), limit=5, scan=4
+        page = await finished_jobs.browse(
+            store, finished_jobs.FinishedFilter(target="kafka:orders"), limit=5, scan=4
         )  # the newest 4 events: the later jobs' enqueued and succeeded events
         assert page.rows == [] and page.scanned == 4 and page.next is not None
-        rest = await finished.browse(
-            store, finished.FinishedFilter(target="kafka:orders"), before=page.next, scan=4
+        rest = await finished_jobs.browse(
+            store, finished_jobs.FinishedFilter(target="kafka:orders"), before=page.next, scan=4
         )
         assert [r.job.id for r in rest.rows] == [rare]
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.http import listing
+from jobledger.http.queries import open_jobs
 from jobledger.storage.port import Store
 from tests.unit.http_helpers import ADMIN, client, world
 
@@ -63,7 +63,7 @@ async def test_cursors_walk_every_row_both_ways(store: Store, clock: FakeClock) 
 async def test_total_is_capped_and_says_so(
     store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(listing, "COUNT_CAP", 4)
+    monkeypatch.setattr(open_jobs, "COUNT_CAP", 4)
     async with world(store, clock) as w, client(w.app) as http:
         for n in range(6):
             await w.enqueue(key=f"k{n}")

@@ -13,7 +13,7 @@ import pytest
 
 from jobledger.domain.errors import TargetUnreachable
 from jobledger.domain.jobs import Job
-from jobledger.targets.kafka import KafkaTarget, ProducerOptions
+from jobledger.targets.kafka.target import KafkaTarget, ProducerOptions
 from tests.integration.test_kafka_target import make_job, run
 from tests.tansu import Tansu, closed_port, consume, tansu_fixture  # noqa: F401  (fixture `tansu`)
 

@@ -24,9 +24,9 @@ from jobledger.engine import Engine
 from jobledger.observability.observe import Observer, RunRecord
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store
-from jobledger.targets.kafka import KafkaTarget, install_kafka
-from jobledger.targets.kafka_record import Record
-from jobledger.targets.kafka_rules import KafkaEvent
+from jobledger.targets.kafka.record import Record
+from jobledger.targets.kafka.rules import KafkaEvent
+from jobledger.targets.kafka.target import KafkaTarget, install_kafka
 from tests.builders import make_engine
 from tests.contract.lanes_kit import drain, enqueue, keys_in, pod
 from tests.stores import all_jobs, make_store

@@ -21,8 +21,8 @@ from jobledger.domain import job_commands
 from jobledger.domain.errors import DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, Lane, NewJob, Stamp
-from jobledger.targets.kafka import KafkaTarget, ProducerOptions
-from jobledger.targets.kafka_rules import KafkaEvent
+from jobledger.targets.kafka.rules import KafkaEvent
+from jobledger.targets.kafka.target import KafkaTarget, ProducerOptions
 from tests.tansu import Tansu, closed_port, consume, create_topic, tansu_fixture  # noqa: F401  (fixture `tansu`)
 
 pytestmark = pytest.mark.kafka

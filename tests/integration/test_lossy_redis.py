@@ -22,8 +22,8 @@ from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
 from jobledger.storage.memory import MemoryStore
-from jobledger.targets.lossy import install_lossy
-from jobledger.targets.lossy_redis import RedisLossyRunner
+from jobledger.targets.lossy.install import install_lossy
+from jobledger.targets.lossy.redis_stream import RedisLossyRunner
 
 REDIS_URL = os.environ.get("JOBLEDGER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 TARGET = "audit:lossy"

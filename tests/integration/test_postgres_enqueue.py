@@ -13,7 +13,8 @@ import pytest
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_commands, jobs
-from jobledger.domain.events import Actor, verify_chain
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Change, NewJob, Stamp
 from jobledger.storage.jsontext import dumps
 from jobledger.storage.postgres import PostgresStore

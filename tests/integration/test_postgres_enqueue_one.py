@@ -12,7 +12,8 @@ import pytest
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_commands
-from jobledger.domain.events import Actor, verify_chain
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.storage.postgres import PostgresStore, encode
 from tests.stores import all_jobs

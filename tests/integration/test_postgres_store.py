@@ -284,7 +284,7 @@ async def test_payload_order_keys_and_event_text_round_trip(
     keyed = new_job(clock, key="ä-key")
     await pg.writes.apply([keyless, keyed])
     events = await pg.log.read_log(0, limit=10)
-    from jobledger.domain.events import verify_chain
+    from jobledger.domain.chain import verify_chain
 
     assert verify_chain(events) == []  # json keeps the exact text the hash covered
     part = keyless.row.partition
@@ -300,7 +300,8 @@ async def test_an_outcome_event_keeps_its_exact_number_text(
 ) -> None:
     """The apply statement carries event data as JSON text inside a jsonb parameter and
     stores that text as json: numbers jsonb would rewrite (1e+20, -0.0) still verify."""
-    from jobledger.domain.events import SYSTEM, verify_chain
+    from jobledger.domain.chain import verify_chain
+    from jobledger.domain.events import SYSTEM
     from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
     from jobledger.domain.jobs import DeliveryMode
 

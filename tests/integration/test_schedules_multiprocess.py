@@ -20,8 +20,9 @@ import pytest
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
-from jobledger.domain.events import EventType, verify_chain
-from jobledger.domain.schedule_tick import slot_dedupe_key
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import EventType
+from jobledger.domain.schedules.tick import slot_dedupe_key
 from jobledger.engine import Engine
 from jobledger.reactors.scheduler import Scheduler, SlotRun
 from jobledger.storage.port import JobFilter

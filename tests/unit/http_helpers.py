@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.config.api_keys import parse_api_keys
 from jobledger.core import context
 from jobledger.core.clock import FakeClock

@@ -1,4 +1,4 @@
-"""domain/cron.py: parsing, validation, time zones and the DST rules (docs/schedules.md)."""
+"""domain/schedules/cron.py: parsing, validation, time zones and the DST rules (docs/schedules.md)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobledger.domain import cron
 from jobledger.domain.errors import InvalidArgument, InvalidCron
+from jobledger.domain.schedules import cron
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 

@@ -1,7 +1,7 @@
 """The evidence behind decision D16 (cronsim, not croniter), re-measured on every run.
 
 On the Europe/Berlin fall-back day (2026-10-25, 03:00 CEST → 02:00 CET) a daily cron at
-a fixed wall time must run once (cronie's rule, which `jobledger.domain.cron` follows
+a fixed wall time must run once (cronie's rule, which `jobledger.domain.schedules.cron` follows
 through cronsim). croniter 7 returns the repeated wall time twice. If the croniter half
 of this test starts failing, croniter changed: revisit D16 in docs/decisions.md.
 """
@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from croniter import croniter
 
-from jobledger.domain import cron
+from jobledger.domain.schedules import cron
 
 BERLIN = "Europe/Berlin"
 FALL_BACK = date(2026, 10, 25)

@@ -11,8 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 from jobledger.core.clock import FakeClock
-from jobledger.http.dashboard import RANGES, depth_series, outcome_series
-from jobledger.http.pods import pods
+from jobledger.http.queries.dashboard_numbers import RANGES, depth_series, outcome_series
+from jobledger.http.queries.pods import pods
 from jobledger.projections import depth
 from jobledger.projections.stats import StatsProjection, catch_up_stats, hour_of, minute_of
 from jobledger.storage.memory import MemoryStore

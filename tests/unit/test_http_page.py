@@ -11,7 +11,7 @@ import pytest
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_outcomes, jobs
 from jobledger.domain.events import EventType
-from jobledger.http import listing
+from jobledger.http.queries import open_jobs
 from jobledger.storage.memory import MemoryStore
 from tests.unit.http_helpers import (
     ADMIN_KEY,
@@ -180,7 +180,7 @@ async def test_filters_and_keyset_paging_links(w: World) -> None:
 
 
 async def test_counts_are_capped(w: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(listing, "COUNT_CAP", 3)
+    monkeypatch.setattr(open_jobs, "COUNT_CAP", 3)
     for n in range(5):
         await w.enqueue(key=f"k{n}")
     await w.dead("kafka:orders")

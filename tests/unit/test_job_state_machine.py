@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jobledger.domain import job_commands, job_outcomes, jobs
+from jobledger.domain.chain import verify_chain
 from jobledger.domain.errors import InvalidStatus
-from jobledger.domain.events import Event, verify_chain
+from jobledger.domain.events import Event
 from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, NewJob, Stamp
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from jobledger.targets.kafka import _key_hash, partition_of
-from jobledger.targets.kafka_append import Appender
+from jobledger.targets.kafka.append import Appender
+from jobledger.targets.kafka.target import _key_hash, partition_of
 
 
 def producer(**changes: object) -> SimpleNamespace:

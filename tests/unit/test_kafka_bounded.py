@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobledger.targets.kafka import bounded_if_it_waits
+from jobledger.targets.kafka.target import bounded_if_it_waits
 
 
 async def ready(value: Any) -> Any:

@@ -9,8 +9,8 @@ from jobledger.domain.errors import ConfigError, DuplicateTarget
 from jobledger.domain.jobs import DeliveryMode, Lane
 from jobledger.engine import Engine
 from jobledger.storage.memory import MemoryStore
-from jobledger.targets.kafka import install_kafka
-from jobledger.targets.kafka_rules import KafkaEvent
+from jobledger.targets.kafka.rules import KafkaEvent
+from jobledger.targets.kafka.target import install_kafka
 
 EVENTS = [
     KafkaEvent("do_update_oms", "lastmiles.oms.do-update"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka.partitioner import DefaultPartitioner
 
-from jobledger.targets.kafka import partition_of
+from jobledger.targets.kafka.target import partition_of
 
 
 def test_a_key_lands_where_the_default_partitioner_puts_it() -> None:

@@ -15,8 +15,8 @@ from jobledger.core.ids import new_id
 from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.errors import ConfigError, DeadNow, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane, NewJob, Stamp
-from jobledger.targets.kafka_record import InvalidRecord, build_record
-from jobledger.targets.kafka_rules import (
+from jobledger.targets.kafka.record import InvalidRecord, build_record
+from jobledger.targets.kafka.rules import (
     KafkaAnswered,
     KafkaEvent,
     KafkaFailure,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from jobledger.targets.kafka_record import InvalidRecord, encode_value
+from jobledger.targets.kafka.record import InvalidRecord, encode_value
 
 
 def stdlib(payload: Any) -> bytes:

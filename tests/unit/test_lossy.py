@@ -16,8 +16,9 @@ from jobledger.domain.jobs import Job
 from jobledger.engine import Engine
 from jobledger.observability.observe import Observer, RunRecord
 from jobledger.storage.memory import MemoryStore
-from jobledger.targets.lossy import InProcessLossyRunner, install_lossy
-from jobledger.targets.lossy_redis import RedisLossyRunner
+from jobledger.targets.lossy.install import install_lossy
+from jobledger.targets.lossy.redis_stream import RedisLossyRunner
+from jobledger.targets.lossy.runner import InProcessLossyRunner
 from tests.stores import all_jobs
 
 

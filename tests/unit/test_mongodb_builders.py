@@ -13,7 +13,7 @@ from jobledger.domain import job_commands, jobs
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import JobStatus, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.port import JobFilter
 

@@ -12,7 +12,7 @@ import pytest
 
 from jobledger.domain import job_commands, jobs
 from jobledger.domain.jobs import JobStatus, Lane
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb import indexes as ix
 from jobledger.storage.mongodb import watch

@@ -19,11 +19,12 @@ from typing import Any
 import bson
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain import schedules
-from jobledger.domain.events import Event, verify_chain
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Stamp
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
-from jobledger.domain.schedule_spec import ScheduleSpec
+from jobledger.domain.schedules import commands
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedules.spec import ScheduleSpec
 from jobledger.projections.stats import STATS, catch_up_stats
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.memory.writes import MemoryWrites
@@ -100,12 +101,12 @@ def _schedule_changes(now: datetime) -> list[Change]:
     spec = ScheduleSpec(
         "nightly.report", "0 2 * * *", "Europe/Berlin", MissedSlotPolicy.RUN_ONCE, 1
     )
-    made = [schedules.declared(spec, Stamp(now, None, "t-1"))]
+    made = [commands.declared(spec, Stamp(now, None, "t-1"))]
     steps = (
-        lambda row, stamp: schedules.disabled(row, stamp),
-        lambda row, stamp: schedules.override_set(row, "30 3 * * 1-5", stamp),
-        lambda row, stamp: schedules.enabled(row, stamp),
-        lambda row, stamp: schedules.override_cleared(row, stamp),
+        lambda row, stamp: commands.disabled(row, stamp),
+        lambda row, stamp: commands.override_set(row, "30 3 * * 1-5", stamp),
+        lambda row, stamp: commands.enabled(row, stamp),
+        lambda row, stamp: commands.override_cleared(row, stamp),
     )
     for n, step in enumerate(steps, start=1):
         row = made[-1].row

@@ -8,6 +8,7 @@ import importlib
 import inspect
 import textwrap
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from jobledger.domain import records
 from jobledger.domain.events import SYSTEM, Event
 from jobledger.domain.job_outcomes import Outcome, Result, RunResult
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Stamp
-from jobledger.domain.records import GENERATED, fast_init
+from jobledger.domain.records import fast_init, init_source
 
 AT = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -91,14 +92,32 @@ def decorated_classes() -> list[type]:
 CLASSES = decorated_classes()
 
 
-def test_every_decorated_class_is_found_and_recorded() -> None:
+def plain_init(cls: type) -> Callable[..., None]:
+    """The `__init__` `@dataclass(frozen=True, slots=True)` writes for `cls`'s fields (the
+    one `fast_init` replaced), from a twin class made without `fast_init`."""
+    spec: list[tuple[str, object, object]] = []
+    for f in dataclasses.fields(cls):
+        options: dict[str, object] = {}
+        if f.default is not dataclasses.MISSING:
+            options["default"] = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            options["default_factory"] = f.default_factory
+        spec.append((f.name, f.type, dataclasses.field(**options)))  # type: ignore[call-overload]
+    twin = dataclasses.make_dataclass(cls.__name__, spec, frozen=True, slots=True)  # type: ignore[arg-type]
+    init: Callable[..., None] = twin.__init__
+    return init
+
+
+def test_every_decorated_class_is_found_and_generated() -> None:
     assert {c.__name__ for c in CLASSES} >= {"Job", "Event", "Change", "Outcome", "Stamp"}
-    assert all(c in GENERATED for c in CLASSES)
+    for cls in CLASSES:
+        init = cls.__init__  # type: ignore[misc]
+        assert init.__code__.co_filename == f"<fast_init {cls.__qualname__}>"
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
 def test_the_generated_constructor_is_the_plain_one(cls: type) -> None:
-    plain = GENERATED[cls].plain_init
+    plain = plain_init(cls)
     fast = cls.__init__  # type: ignore[misc]
     assert fast is not plain
     fields = dataclasses.fields(cls)
@@ -161,11 +180,11 @@ def test_the_module_docstring_shows_the_code_generated_for_outcome() -> None:
     start = doc.index("    def __init__(")
     end = doc.index("\n\n", start)
     shown = textwrap.dedent(doc[start:end]) + "\n"
-    assert shown == GENERATED[Outcome].source
+    assert shown == init_source(Outcome)[0]
 
 
 def test_the_generated_source_is_readable_at_run_time() -> None:
-    assert inspect.getsource(Outcome.__init__) == GENERATED[Outcome].source
+    assert inspect.getsource(Outcome.__init__) == init_source(Outcome)[0]
 
     def fail() -> list[int]:
         raise RuntimeError("factory failed")

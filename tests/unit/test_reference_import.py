@@ -18,7 +18,8 @@ from jobledger.cli import main
 from jobledger.cli.import_reference import import_rows
 from jobledger.cli.progress import CLEAR, Progress
 from jobledger.domain import jobs
-from jobledger.domain.events import Event, EventType, verify_chain
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import Job, JobStatus, Lane
 from jobledger.domain.policies import partition_of
 from jobledger.storage.memory import MemoryStore

@@ -13,7 +13,7 @@ import pytest
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_outcomes, jobs
 from jobledger.domain.job_outcomes import Result, RunResult
-from jobledger.domain.schedule_row import schedule_target
+from jobledger.domain.schedules.row import schedule_target
 from jobledger.storage.port import JobFilter, Store
 from tests.unit.http_helpers import ADMIN, ADMIN_KEY, VIEWER, World, client, world
 from tests.unit.test_http_page import login

@@ -1,4 +1,4 @@
-"""domain/schedules.py: events, the fold, boot sync, admin commands, tick and slot-run
+"""domain/schedules/: events, the fold, boot sync, admin commands, tick and slot-run
 decisions — pure, no store."""
 
 from __future__ import annotations
@@ -8,18 +8,28 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobledger.domain import schedule_slot_run, schedule_tick
-from jobledger.domain import schedules as sched
+from jobledger.domain.chain import verify_chain
 from jobledger.domain.errors import InvalidArgument, InvalidCron
-from jobledger.domain.events import Actor, EventType, verify_chain
+from jobledger.domain.events import Actor, Event, EventType
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane, Stamp
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
-from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
+from jobledger.domain.schedules import commands as sched
+from jobledger.domain.schedules import slot_run, tick
+from jobledger.domain.schedules.changes import apply_schedule
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedules.spec import ScheduleSpec, make_spec
 
 T0 = datetime(2026, 3, 2, 9, 0, 10, tzinfo=UTC)
 GRACE = timedelta(seconds=60)
 FIVE_MIN = timedelta(minutes=5)
 ADMIN = Actor(id="alice", via="http", role="admin")
+
+
+def fold_schedule(events: list[Event]) -> Schedule | None:
+    """The row a whole schedule stream folds into (what replay rebuilds)."""
+    row: Schedule | None = None
+    for event in events:
+        row = apply_schedule(row, event)
+    return row
 
 
 def at(delta: timedelta = timedelta(0), actor: Actor | None = None) -> Stamp:
@@ -53,7 +63,7 @@ class History:
         return self.row
 
     def check_replay(self) -> None:
-        assert sched.fold_schedule(self.events) == self.row
+        assert fold_schedule(self.events) == self.row
         assert verify_chain(self.events) == []
 
 
@@ -61,8 +71,8 @@ def declared(cron: str = "0 * * * *", **kw: object) -> History:
     return History(sched.declared(spec(cron, **kw), at()))
 
 
-def plan(row: Schedule, delta: timedelta) -> schedule_tick.TickPlan | None:
-    return schedule_tick.plan_tick(
+def plan(row: Schedule, delta: timedelta) -> tick.TickPlan | None:
+    return tick.plan_tick(
         row,
         T0 + delta,
         grace=GRACE,
@@ -250,7 +260,7 @@ def test_a_month_of_downtime_counts_up_to_the_cap_and_finds_the_newest() -> None
     h = declared("* * * * *", missed_slot_policy="run_once")
     p = plan(h.row, timedelta(days=31, seconds=5))
     assert p is not None and p.missed is not None and p.job is not None
-    assert not p.missed.exact and p.missed.count == schedule_tick.MAX_COUNTED_SLOTS
+    assert not p.missed.exact and p.missed.count == tick.MAX_COUNTED_SLOTS
     assert p.slot == datetime(2026, 4, 2, 9, 0, tzinfo=UTC)
     assert p.schedule.row.next_run_at == datetime(2026, 4, 2, 9, 1, tzinfo=UTC)
 
@@ -259,7 +269,7 @@ def test_a_month_of_downtime_counts_up_to_the_cap_and_finds_the_newest() -> None
 
 
 def slot_job(row: Schedule, slot: datetime, created: datetime, attempts: int = 0) -> Job:
-    change = schedule_tick.slot_job(
+    change = tick.slot_job(
         row.code, slot, job_id="j1", partitions=64, stamp=Stamp(created, None, None)
     )
     job: Job = change.row
@@ -269,10 +279,8 @@ def slot_job(row: Schedule, slot: datetime, created: datetime, attempts: int = 0
 SLOT = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 
 
-def decide(
-    row: Schedule, job: Job, now: datetime, newer: bool = False
-) -> schedule_slot_run.SlotVerdict:
-    return schedule_slot_run.decide_slot_run(
+def decide(row: Schedule, job: Job, now: datetime, newer: bool = False) -> slot_run.SlotVerdict:
+    return slot_run.decide_slot_run(
         row, row.missed_slot_policy, job, now, grace=GRACE, newer_pending=newer
     )
 
@@ -306,10 +314,8 @@ def test_run_once_late_runs_unless_a_newer_slot_is_pending() -> None:
     row = declared("0 * * * *").row
     job = slot_job(row, SLOT, SLOT)
     late = SLOT + timedelta(minutes=10)
-    assert schedule_slot_run.needs_newer_slot_check(row.missed_slot_policy, job, late, grace=GRACE)
-    assert not schedule_slot_run.needs_newer_slot_check(
-        row.missed_slot_policy, job, SLOT, grace=GRACE
-    )
+    assert slot_run.needs_newer_slot_check(row.missed_slot_policy, job, late, grace=GRACE)
+    assert not slot_run.needs_newer_slot_check(row.missed_slot_policy, job, SLOT, grace=GRACE)
     assert decide(row, job, late, newer=False).run
     v = decide(row, job, late, newer=True)
     assert (v.run, v.reason) == (False, "newer_slot_pending")
@@ -320,12 +326,12 @@ def test_slot_records_keep_the_maximum() -> None:
     row = h.row
     stamp = at(timedelta(hours=2))
     later, earlier = slot_job(row, SLOT + timedelta(hours=1), SLOT), slot_job(row, SLOT, SLOT)
-    row = h.add(schedule_slot_run.slot_ran(row, later, stamp))
-    row = h.add(schedule_slot_run.slot_ran(row, earlier, stamp))
+    row = h.add(slot_run.slot_ran(row, later, stamp))
+    row = h.add(slot_run.slot_ran(row, earlier, stamp))
     assert row.last_run_at == SLOT + timedelta(hours=1)
     assert row.last_finished_at == stamp.at
-    verdict = schedule_slot_run.SlotVerdict(False, "not_started", "slow")
-    row = h.add(schedule_slot_run.slot_skipped(row, earlier, verdict, stamp))
+    verdict = slot_run.SlotVerdict(False, "not_started", "slow")
+    row = h.add(slot_run.slot_skipped(row, earlier, verdict, stamp))
     assert row.last_skipped_at == SLOT
     assert h.events[-1].data["reason"] == "not_started"
     h.check_replay()
@@ -334,17 +340,17 @@ def test_slot_records_keep_the_maximum() -> None:
 def test_fold_rejects_events_out_of_order() -> None:
     h = declared()
     with pytest.raises(ValueError, match="declared twice"):
-        sched.apply_schedule(h.row, h.events[0])
+        apply_schedule(h.row, h.events[0])
     disabled = sched.disabled(h.row, at())
     assert disabled is not None
     with pytest.raises(ValueError, match="before ScheduleDeclared"):
-        sched.apply_schedule(None, disabled.events[0])
+        apply_schedule(None, disabled.events[0])
 
 
 def test_a_code_whose_slot_dedupe_keys_would_pass_the_size_limit_is_refused() -> None:
     from jobledger.domain.enqueue_rules import MAX_TEXT_BYTES
-    from jobledger.domain.schedule_spec import MAX_CODE_BYTES
-    from jobledger.domain.schedule_tick import slot_dedupe_key
+    from jobledger.domain.schedules.spec import MAX_CODE_BYTES
+    from jobledger.domain.schedules.tick import slot_dedupe_key
 
     longest = "c" * MAX_CODE_BYTES
     assert len(slot_dedupe_key(longest, T0).encode()) == MAX_TEXT_BYTES

@@ -13,7 +13,7 @@ import pytest
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import FakeClock
-from jobledger.domain.events import verify_chain
+from jobledger.domain.chain import verify_chain
 from jobledger.domain.jobs import Change, Job
 from jobledger.engine import Engine
 from jobledger.reactors.commit import MAX_COMMIT_CHANGES

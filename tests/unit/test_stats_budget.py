@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from jobledger.core.clock import FakeClock
-from jobledger.http.dashboard import RANGES, dashboard
+from jobledger.http.queries.dashboard_numbers import RANGES, dashboard
 from jobledger.projections import stats
 from jobledger.projections.runner import ProjectionRunner
 from jobledger.projections.stats import StatsProjection, catch_up_stats, read_stats

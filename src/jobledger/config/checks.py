@@ -1,7 +1,7 @@
 """Checks on converted setting values: each returns a problem (a sentence) or None.
 
 `parse_kafka_target_topics` is here too: the `kafka_target_topics` check and the Kafka
-target (`jobledger.targets.kafka_rules`) share its grammar.
+target (`jobledger.targets.kafka.rules`) share its grammar.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def check_code_topics(value: dict[str, str]) -> str | None:
 
 
 def parse_kafka_target_topics(text: str) -> list[tuple[str, DeliveryMode]]:
-    """`topic[:at_least_once|:at_most_once],…` (reference §8 KAFKA_TARGET_TOPICS)."""
+    """`topic[:at_least_once|:at_most_once],…` (the KAFKA_TARGET_TOPICS setting)."""
     result: list[tuple[str, DeliveryMode]] = []
     for part in split_list(text):
         topic, sep, mode = part.partition(":")

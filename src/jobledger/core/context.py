@@ -1,7 +1,7 @@
 """Request context: trace id, W3C traceparent and actor, captured at enqueue.
 
 A web request (or any caller) sets the context; `enqueue` copies it onto the job, and
-the lanes restore it — as `via: system` — while the handler runs (reference §3 `actor`).
+the lanes restore it — as `via: system` — while the handler runs.
 """
 
 from __future__ import annotations

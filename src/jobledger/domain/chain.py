@@ -11,7 +11,7 @@ the events were read in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from jobledger.domain.events import GENESIS_HASH, Actor, Event, envelope_hash
@@ -82,3 +82,10 @@ def _worded(row: LogRow, expected: str, previous: Link | None) -> list[str]:
     elif prev_hash != GENESIS_HASH:
         problems.append(f"{where}: first event names a predecessor")
     return problems
+
+
+def verify_chain(events: Sequence[Event], last: dict[str, Link] | None = None) -> list[str]:
+    """Problems in the per-stream hash chains of `events`, in log order: the checks of
+    `chain_problems` (`last`: each stream's (version, hash) already checked, updated in
+    place; None: every stream starts in `events`)."""
+    return chain_problems(map(event_row, events), {} if last is None else last)

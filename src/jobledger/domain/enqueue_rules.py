@@ -34,15 +34,11 @@ from typing import Any
 import orjson
 
 from jobledger.domain.errors import InvalidArgument, InvalidPayload
-from jobledger.domain.events import c_encoder
 from jobledger.domain.jobs import NewJob
 
-#: `json.dumps(payload, allow_nan=False)` without building an encoder per call: the
-#: payload check's text (ASCII, default separators) and its errors are the same
+#: `json.dumps(payload, allow_nan=False)`: the payload check's text (ASCII, default
+#: separators) and its errors
 _PAYLOAD_JSON = json.JSONEncoder(allow_nan=False)
-#: `_PAYLOAD_JSON`'s C encoder, built once (no circular-reference markers: a circular
-#: payload recurses until `_payload_json` asks `_PAYLOAD_JSON`)
-_PAYLOAD_ENCODER: Any = c_encoder(_PAYLOAD_JSON)
 _SURROGATE_TEXT = "{} must not contain a lone surrogate (U+D800-U+DFFF): it is not UTF-8"
 _NUL_TEXT = "{} must not contain U+0000 (NUL): PostgreSQL cannot store it, so no store takes it"
 #: a payload's JSON text that may hold a NUL or an integer past 64 bits (19+ digits)
@@ -60,7 +56,7 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
     if not _plain_fields(item):  # the common item passes one cheap test
         _check_fields(item)
     try:
-        body = _payload_json(item.payload)
+        body = _PAYLOAD_JSON.encode(item.payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
     size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
@@ -154,19 +150,6 @@ def _check_fields(item: NewJob) -> None:
         check_text("a header name", header)
         check_text(f"header {header[:40]!r}", value)
     _check_sizes(item, headers)
-
-
-def _payload_json(payload: Any) -> str:
-    """`json.dumps(payload, allow_nan=False)`'s text through an encoder built once (the
-    standard one builds its C encoder and a closure on every call); a payload it cannot
-    encode goes through the standard encoder, whose error names the problem (a circular
-    reference, not the recursion the encoder without markers runs into)."""
-    if _PAYLOAD_ENCODER is None or isinstance(payload, str):
-        return _PAYLOAD_JSON.encode(payload)
-    try:
-        return "".join(_PAYLOAD_ENCODER(payload, 0))
-    except (TypeError, ValueError, RecursionError):
-        return _PAYLOAD_JSON.encode(payload)
 
 
 def _check_run_at(run_at: Any) -> None:

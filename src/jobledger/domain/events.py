@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -109,41 +109,16 @@ class Event:
         return json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False) + "\n"
 
 
-_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-
-
-def c_encoder(encoder: json.JSONEncoder) -> Any:
-    """The C encoder `encoder.encode` builds (with a closure) on every call, built once
-    with the same arguments, so it writes the same text; call it as `f(value, 0)` and
-    join the chunks. It has no circular-reference markers: a circular value recurses
-    until RecursionError. None where the C accelerator is missing."""
-    if _C_MAKE_ENCODER is None:
-        return None
-    strings = json.encoder.encode_basestring_ascii if encoder.ensure_ascii else None
-    return _C_MAKE_ENCODER(
-        None,
-        encoder.default,
-        strings or json.encoder.encode_basestring,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )
-
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-#: `_CANONICAL`'s C encoder (the event hash is on every transition's path); event data
-#: is plain JSON, checked when it enters the engine, so no circular-reference bookkeeping
-_C_ENCODER: Any = c_encoder(_CANONICAL)
+#: the canonical form: sorted keys, no spaces, UTF-8 kept. Event data is plain JSON,
+#: checked when it enters the engine, so the encoder keeps no circular-reference markers
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False
+)
 
 
 def canonical_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no spaces, UTF-8 kept."""
-    if _C_ENCODER is None or isinstance(value, str):
-        return _CANONICAL.encode(value)
-    return "".join(_C_ENCODER(value, 0))
+    return _CANONICAL.encode(value)
 
 
 def _orjson_writes_the_same(value: Any) -> bool:
@@ -280,14 +255,3 @@ def new_event(
     at = at_ms(at)
     digest = envelope_hash(stream, version, type, data, iso(at), actor, trace_id, prev_hash)
     return Event(stream, version, type, data, at, actor, trace_id, prev_hash, digest)
-
-
-def verify_chain(
-    events: Sequence[Event], last: dict[str, tuple[int, str]] | None = None
-) -> list[str]:
-    """Problems in the per-stream hash chains of `events`, in log order: the checks of
-    `domain.chain.chain_problems` (`last`: each stream's (version, hash) already checked,
-    updated in place; None: every stream starts in `events`)."""
-    from jobledger.domain.chain import chain_problems, event_row  # chain builds on this module
-
-    return chain_problems(map(event_row, events), {} if last is None else last)

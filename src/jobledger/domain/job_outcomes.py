@@ -1,4 +1,4 @@
-"""The one outcome path of both lanes, pure (reference `JobOutcome`, §4, §5, §6):
+"""The one outcome path of both lanes, pure:
 how a run ended (`Result`, `RunResult`), what follows from it (`decide_outcome`), and
 the judgements of rows a run left behind: a fast-lane row in flight at a takeover
 (`take_over`), a long-lane row whose lease expired (`reclaim_expired`), a run whose
@@ -28,7 +28,8 @@ from jobledger.domain.timeutil import iso
 
 
 class Result(enum.StrEnum):
-    """How one run ended, as the handler signalled it (reference §4 handler errors)."""
+    """How one run ended, as the handler signalled it (a return or one of the handler
+    signals: `TargetUnreachable`, `TargetOutcomeUnknown`, `DeadNow`, `SkipRun`)."""
 
     OK = "ok"
     ANSWERED = "answered"  # any ordinary exception
@@ -70,7 +71,7 @@ class Outcome:
 
 
 def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp) -> Outcome:
-    """Reference §5/§6: one function for both lanes.
+    """The outcome of one run: one function for both lanes.
 
     ok → succeeded (leaves the queue); answered → attempts + 1 and backoff, DEAD at the
     max; unreachable → no attempt spent, target paused; unknown → at-most-once DEAD (and
@@ -152,7 +153,8 @@ def redelivered(
 
 
 def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
-    """A fast-lane row left in flight by a dead or stalled owner (reference §9)."""
+    """A fast-lane row left in flight by a dead or stalled owner: at-most-once rows go
+    DEAD (the send may have happened), at-least-once rows are requeued."""
     if mode == DeliveryMode.AT_MOST_ONCE:
         return dead_outcome(
             job, stamp, "in flight when its partition was taken over", job.last_error, job.attempts
@@ -174,7 +176,7 @@ def reclaim_expired(
     exclusive: bool,
     stamp: Stamp,
 ) -> Outcome:
-    """Long lane: a RUNNING row whose lease expired (closes G6).
+    """Long lane: a RUNNING row whose lease expired.
 
     at-least-once → claimed again and run from the start; at-most-once → the first run
     may have finished its side effect, so the row goes DEAD with that reason.

@@ -5,7 +5,7 @@ admin) and `job_outcomes` (the one outcome path of both lanes): pure functions
 `(job, command arguments) -> Change`, a state and a command in, events and the new row
 out. `apply(job, event)` is the only way a row changes; `jobledger replay` folds the log
 with its in-place twin `apply_state` (same helpers), so the live queue and a rebuilt one
-cannot disagree. State machine (reference §6, closing G2 and G6)::
+cannot disagree. State machine::
 
     (new) --JobEnqueued--> PENDING
     PENDING --JobDispatched--> PENDING + in-flight mark        (fast lane, at-most-once)
@@ -166,7 +166,7 @@ class Change:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """What a business module asks for (reference §4 `enqueue`)."""
+    """What a business module asks `enqueue` for."""
 
     target: str
     payload: Any = None
@@ -213,7 +213,7 @@ def evolve_source() -> str:
             )
 
     `evolve(job, {"status": JobStatus.DEAD})` equals
-    `dataclasses.replace(job, status=JobStatus.DEAD)` (tests/unit/test_job_state_machine.py
+    `dataclasses.replace(job, status=JobStatus.DEAD)` (tests/unit/test_job_evolve.py
     compares the two for every field); tracebacks show this text (`<evolve Job>`)."""
     args = "".join(f"        c[{n!r}] if {n!r} in c else job.{n},\n" for n in JOB_FIELDS)
     return f"def evolve(job, c):\n    return Job(\n{args}    )\n"

@@ -1,7 +1,7 @@
 """Pure lane decisions: which fast-lane rows go in a batch, which long rows to reserve.
 
 No I/O and no clock here: the lanes read rows and the pause state, call these functions
-with `now`, and carry out the plan. Reference §5/§9 rules encoded here:
+with `now`, and carry out the plan. The rules:
 
 * rows run in key + version order; a *chain* is the rows of one (target, key);
 * a chain whose head waits for a retry (`next_run_at` in the future) holds every later

@@ -2,13 +2,13 @@
 
 `@dataclass(frozen=True)` builds an `__init__` that stores each field through
 `object.__setattr__`, because its own `__setattr__` refuses assignment. The lanes build
-a `Job`, an `Event` and a few smaller records for every job they run, and those calls
-were a measurable share of a job's CPU (`Job`: 2.8 µs of which about half is this).
+a `Job`, an `Event` and a few smaller records for every job they run, so that `__init__`
+is on every job's path (decisions D30 has the drain's figures with and without it).
 `fast_init` swaps in an `__init__` that writes each slot through its slot descriptor:
 the same signature (checked here), the same defaults, the same instance; assignment
 afterwards still raises `FrozenInstanceError`.
 
-What is generated. For the `Outcome` record (domain/jobs.py),
+What is generated. For the `Outcome` record (domain/job_outcomes.py),
 
     @fast_init
     @dataclass(frozen=True, slots=True)
@@ -42,9 +42,7 @@ where the dataclass's own `__init__` runs `object.__setattr__(self, 'change', ch
 and so on (tests/unit/test_records.py checks this text against the real output). The
 source stays readable at run time: `inspect.getsource(Outcome.__init__)` returns it, and
 a traceback through it shows its lines (`compile_generated` registers it with
-`linecache` as `<fast_init Outcome>`). `GENERATED` keeps each decorated class's source
-and its plain dataclass `__init__`, so the tests compare every generated constructor
-with the plain one.
+`linecache` as `<fast_init Outcome>`).
 """
 
 from __future__ import annotations
@@ -52,24 +50,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import linecache
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 _NO_VALUE = object()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Generated:
-    """One class's generated `__init__`: its source and the dataclass's plain one."""
-
-    source: str
-    plain_init: Callable[..., None]
-
-
-#: every class `fast_init` decorated, by class (filled at import of the defining module)
-GENERATED: dict[type, Generated] = {}
 
 
 def compile_generated(source: str, namespace: dict[str, Any], name: str, label: str) -> Any:
@@ -117,5 +102,4 @@ def fast_init(cls: type[T]) -> type[T]:
         raise TypeError(f"fast_init: {cls.__name__}'s signature would change")
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     setattr(cls, "__init__", init)  # noqa: B010 - replacing a method, by design
-    GENERATED[cls] = Generated(source, plain)
     return cls

@@ -24,7 +24,18 @@ from jobledger.domain.errors import JobledgerError
 from jobledger.http import openapi
 from jobledger.http.auth import ApiKeys, Authenticator
 from jobledger.http.errors import ApiError, CatchAll, api_error, domain_error, http_error
-from jobledger.http.routes import bulk, feed, finished, health, jobs, page, schedules, views
+from jobledger.http.routes import (
+    bulk,
+    dashboard,
+    feed,
+    finished,
+    health,
+    jobs,
+    page,
+    page_api,
+    schedule_history,
+    schedules,
+)
 from jobledger.http.security import BodyLimit, ForwardedFrom, SameOriginPosts, SecureHeaders
 from jobledger.http.services import Services
 from jobledger.http.session import FailureLimiter, SigninTokens
@@ -101,7 +112,8 @@ def create_app(
             *finished.routes(),
             *schedules.routes(),
             *feed.routes(),
-            *views.api_routes(),
+            *dashboard.api_routes(),
+            *schedule_history.api_routes(),
             Route("/openapi.json", openapi_json, methods=["GET"]),
         ],
     )
@@ -111,7 +123,9 @@ def create_app(
             *health.routes(),
             api,
             *page.routes(),
-            *views.page_routes(),
+            *page_api.page_routes(),
+            *dashboard.page_routes(),
+            *schedule_history.page_routes(),
             *_metrics_routes(),
         ],
         exception_handlers={

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobledger.admin.jobs import BULK_LIMIT
 from jobledger.domain.jobs import JobStatus
+from jobledger.http.queries.dashboard_numbers import DEPTH_NAMES, OUTCOME_NAMES, RANGES
+from jobledger.http.queries.finished_jobs import FINISHED_STATUSES, SCAN_LIMIT
+from jobledger.http.queries.open_jobs import COUNT_CAP
 from jobledger.projections.stats import OUTCOMES
 
 PREFIX = "/api/v1"
@@ -228,9 +232,360 @@ def _path(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def document() -> dict[str, Any]:
-    from jobledger.http import openapi_jobs, openapi_views  # they build on this module
+# --- the jobs listing (keyset cursors, capped total), finished jobs, bulk actions ---------
 
+_ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+_NID = {"type": ["string", "null"], "pattern": "^[0-9a-f]{32}$"}
+_COUNT = {"type": "integer", "minimum": 0}
+
+JOB_SCHEMAS: dict[str, Any] = {
+    "FinishedJob": {
+        "type": "object",
+        "properties": {
+            **JOB_PROPS,
+            "status": {"type": "string", "enum": FINISHED_STATUSES},
+            "ended": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string"},
+                    "position": {"type": ["integer", "null"]},
+                    "at": {"type": "string", "format": "date-time"},
+                    "actor": _ref("Actor"),
+                    "reason": _NSTR,
+                },
+                "required": ["type", "position", "at", "actor", "reason"],
+            },
+        },
+        "required": [*JOB_PROPS, "ended"],
+        "additionalProperties": False,
+    },
+    "FinishedPage": {
+        "type": "object",
+        "properties": {
+            "data": {"type": "array", "items": _ref("FinishedJob")},
+            "next": {
+                "type": ["integer", "null"],
+                "description": "pass as `before` to read on; null: the log's start",
+            },
+            "scanned": {**_COUNT, "description": "log events this call read"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+        },
+        "required": ["data", "next", "scanned", "limit"],
+    },
+    "BulkResult": {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["retry", "skip"]},
+            "matched": {**_COUNT, "description": "DEAD jobs found"},
+            "changed": {**_COUNT, "description": "of them retried or skipped"},
+            "conflicts": {**_COUNT, "description": "of them changed meanwhile (not an error)"},
+            "more": {"type": "boolean", "description": "stopped at `limit`: call again"},
+        },
+        "required": ["action", "matched", "changed", "conflicts", "more"],
+    },
+    "JobList": {
+        "type": "object",
+        "properties": {
+            "data": {"type": "array", "items": _ref("Job")},
+            "total": {"type": "integer", "minimum": 0, "maximum": COUNT_CAP},
+            "page": {"type": "integer", "minimum": 1},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+            "total_capped": {
+                "type": "boolean",
+                "description": f"more than {COUNT_CAP} rows match: `total` is {COUNT_CAP}"
+                " and means at least that many",
+            },
+            "next": {**_NID, "description": "pass as `before` for the older rows"},
+            "prev": {**_NID, "description": "pass as `after` for the newer rows"},
+        },
+        "required": ["data", "total", "page", "limit", "total_capped", "next", "prev"],
+    },
+}
+
+FILTERS = [
+    _query(
+        "status",
+        {"type": "string", "enum": [s.value for s in JobStatus]},
+        "PENDING, RUNNING or DEAD",
+    ),
+    _query("target", TEXT, "exact target name"),
+    _query("code", TEXT, "exact job code"),
+    _query("key", TEXT, "exact ordering key"),
+]
+
+LIST_PARAMS = [
+    *FILTERS,
+    _query(
+        "page",
+        {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 1},
+        "1-based page (offset paging, as in the reference; the cursors cost less)",
+    ),
+    _query(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": 100, "default": 100},
+        "rows per page",
+    ),
+    _query("before", _ID, "keyset cursor: rows older than this job id (a page's `next`)"),
+    _query("after", _ID, "keyset cursor: rows newer than this job id (a page's `prev`)"),
+]
+
+LIST_DESCRIPTION = (
+    "Newest first. A page is a keyset read on the id; `total` counts the matching rows"
+    f" up to {COUNT_CAP} (`total_capped` says when more match), so the cost of a call"
+    " does not grow with the table. With `after`, the page is the oldest rows newer"
+    " than it (shown newest first); `page` skips whole pages from the cursor."
+)
+
+BULK_PARAMS = [
+    *FILTERS[1:],
+    _query(
+        "expect",
+        {"type": "integer", "minimum": 0, "maximum": BULK_LIMIT},
+        "the count the caller confirmed: 409 when another number of DEAD jobs matches",
+    ),
+    _query(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": BULK_LIMIT, "default": BULK_LIMIT},
+        "DEAD jobs acted on at most (newest first); `more` says some are left",
+    ),
+]
+
+
+FINISHED_PARAMS = [
+    _query("status", {"type": "string", "enum": FINISHED_STATUSES}, "how it ended"),
+    *FILTERS[1:],
+    _query("id", TEXT, "one job by id (a search, not a scan)"),
+    _query("dedupe_key", TEXT, "one job by dedupe key (a search)"),
+    _query(
+        "before",
+        {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+        "log position to read back from: a page's `next`",
+    ),
+    _query(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
+        "rows per page",
+    ),
+]
+
+
+def finished_path() -> dict[str, Any]:
+    return {
+        f"{PREFIX}/finished": {
+            "get": _op(
+                "Jobs that left the queue (SUCCEEDED, SKIPPED, CANCELLED, EXPIRED), newest first",
+                _ref("FinishedPage"),
+                errors=(400,),
+                tag="jobs",
+                params=FINISHED_PARAMS,
+                description="Read back from the log while it keeps them (log retention):"
+                f" at most {SCAN_LIMIT} events per call, so a rare filter may answer fewer"
+                " rows than `limit` with a `next` to read on. Each row is the job as it was"
+                " before it ended, `closed_at` when it ended, `ended` the closing event.",
+            )
+        }
+    }
+
+
+def job_paths() -> dict[str, Any]:
+    """The bulk routes (every DEAD job matching the filters, each its own event) and
+    the finished jobs."""
+    what = {
+        "retry": "DEAD → PENDING (JobRetried)",
+        "skip": "DEAD → gone (JobSkipped, reason admin)",
+    }
+    return {
+        f"{PREFIX}/bulk/{action}": {
+            "post": _op(
+                f"Every DEAD job matching the filters: {summary}",
+                _ref("BulkResult"),
+                errors=(400, 403, 409),
+                tag="jobs",
+                params=BULK_PARAMS,
+                description="Each job's transition is its own event under the caller as"
+                " actor and its own compare-and-set; safe to repeat (a second call finds"
+                " only what is DEAD then).",
+            )
+        }
+        for action, summary in what.items()
+    } | finished_path()
+
+
+# --- the operator views (dashboard, schedule history) -------------------------------------
+
+_AGE = {"type": ["number", "null"], "minimum": 0}
+
+VIEW_SCHEMAS: dict[str, Any] = {
+    "Dashboard": _obj(
+        {
+            "as_of": _TIME,
+            "position": _COUNT,
+            "caught_up": {"type": "boolean"},
+            "range": {"type": "string", "enum": list(RANGES)},
+            "step_s": {"type": "integer", "enum": [60, 3600]},
+            "target": {"type": ["string", "null"]},
+            "code": {"type": ["string", "null"]},
+            "buckets": {"type": "array", "items": _STR},
+            "outcomes": _obj({o: {"type": "array", "items": _COUNT} for o in OUTCOME_NAMES}),
+            "totals": _OUTCOMES,
+            "depth": _obj(
+                {
+                    s: {"type": "array", "items": {"type": ["integer", "null"], "minimum": 0}}
+                    for s in DEPTH_NAMES
+                }
+            ),
+            "queue": _obj({**{s: _COUNT for s in DEPTH_NAMES}, "oldest_pending_age_s": _AGE}),
+            "paused_known": {"type": "boolean"},
+            "workers": _obj(
+                {
+                    "live_s": {"type": "number"},
+                    "partitions": _COUNT,
+                    "pods": {
+                        "type": "array",
+                        "items": _obj(
+                            {"pod": _STR, "live": {"type": "boolean"}, "partitions": _COUNT}
+                        ),
+                    },
+                }
+            ),
+            "targets": {"type": "array", "items": _ref("DashboardTarget")},
+            "notes": {"type": "array", "items": _STR},
+        }
+    ),
+    "DashboardTarget": _obj(
+        {
+            "target": _STR,
+            **{s: _COUNT for s in DEPTH_NAMES},
+            "codes": {"type": "object", "additionalProperties": _ref("OpenCounts")},
+            "last_hour": _OUTCOMES,
+            "succeeded_per_minute": {"type": "array", "items": _COUNT},
+            "paused_since": _NTIME,
+            "oldest_pending_age_s": _AGE,
+        }
+    ),
+    "HistoryEntry": {
+        **_obj(
+            {
+                "kind": {"type": "string", "enum": ["slot", "missed", "change"]},
+                "at": _TIME,
+                "versions": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "slot": _STR,
+                "outcome": {
+                    "type": "string",
+                    "description": "slot: ran, skipped, enqueued (no record yet), or its"
+                    " job's state: pending, running, dead, skipped, cancelled, expired, unknown",
+                },
+                "reason": _NSTR,
+                "detail": _NSTR,
+                "stage": {"type": ["string", "null"], "enum": ["tick", "run", None]},
+                "job_id": _NSTR,
+                "attempts": {"type": ["integer", "null"]},
+                "dropped": _COUNT,
+                "count_exact": {"type": "boolean"},
+                "first_slot": _STR,
+                "newest_slot": _STR,
+                "action": _STR,
+                "event": _STR,
+                "actor": _ref("Actor"),
+            },
+            optional=(
+                "slot",
+                "outcome",
+                "reason",
+                "detail",
+                "stage",
+                "job_id",
+                "attempts",
+                "dropped",
+                "count_exact",
+                "first_slot",
+                "newest_slot",
+                "action",
+                "event",
+                "actor",
+            ),
+        ),
+    },
+    "ScheduleHistory": _obj(
+        {
+            "code": _STR,
+            "next_run_at": {
+                **_NTIME,
+                "description": "null when nothing will run (disabled, no future slot)",
+            },
+            "state": _STR,
+            "entries": {"type": "array", "items": _ref("HistoryEntry")},
+            "counts": _obj({k: _COUNT for k in ("ran", "skipped", "dead", "missed", "other")}),
+            "first_version": {"type": ["integer", "null"]},
+            "last_version": {"type": ["integer", "null"]},
+            "stream_version": _COUNT,
+            "next": {
+                "type": ["integer", "null"],
+                "description": "pass as `before` for the older events",
+            },
+            "limit": _COUNT,
+        }
+    ),
+}
+
+
+def view_paths() -> dict[str, Any]:
+    return {
+        f"{PREFIX}/schedules/{{code}}/history": {
+            "get": _op(
+                "A schedule's run history from the log, newest first",
+                _ref("ScheduleHistory"),
+                errors=(400, 404),
+                tag="schedules",
+                description="One entry per slot (ran, skipped with its reason, or its job's"
+                " state when the slot's record is not in the page), per missed-slots record"
+                " (how many slots were dropped and why) and per change (declared, synced,"
+                " enabled, disabled, override). A page is `limit` events of the schedule's"
+                " stream before version `before`, never the whole stream.",
+                params=[
+                    _path("code"),
+                    _query(
+                        "before",
+                        {"type": "integer", "minimum": 1, "maximum": 2**62},
+                        "stream version to page back from (the previous page's `next`)",
+                    ),
+                    _query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                        "events per page",
+                    ),
+                ],
+            )
+        },
+        f"{PREFIX}/dashboard": {
+            "get": _op(
+                "Queue depth, throughput and failures over time, per target and code",
+                _ref("Dashboard"),
+                errors=(400,),
+                tag="feed",
+                description="From the stats projection's counters (never a read of every job):"
+                " `1h` is 60 one-minute buckets (per target), `24h` and `7d` hourly buckets"
+                " (per target and code). `depth` is the queue at the end of each bucket (null"
+                " before the oldest kept sample), the last bucket's is the queue now."
+                " `paused_known` is false when this process runs no worker.",
+                params=[
+                    _query(
+                        "range",
+                        {"type": "string", "enum": list(RANGES), "default": "1h"},
+                        "the time window",
+                    ),
+                    _query("target", TEXT, "only this target"),
+                    _query("code", TEXT, "only this job code (hourly ranges)"),
+                ],
+            )
+        },
+    }
+
+
+# --- the document ------------------------------------------------------------------------
+
+
+def document() -> dict[str, Any]:
     job_id = [_path("id")]
     code = [_path("code")]
     write = (403, 404, 409)
@@ -246,7 +601,7 @@ def document() -> dict[str, Any]:
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {**SCHEMAS, **openapi_jobs.SCHEMAS, **openapi_views.SCHEMAS},
+            "schemas": {**SCHEMAS, **JOB_SCHEMAS, **VIEW_SCHEMAS},
         },
         "paths": {
             f"{PREFIX}/jobs": {
@@ -255,8 +610,8 @@ def document() -> dict[str, Any]:
                     _ref("JobList"),
                     errors=(400,),
                     tag="jobs",
-                    params=openapi_jobs.LIST_PARAMS,
-                    description=openapi_jobs.LIST_DESCRIPTION,
+                    params=LIST_PARAMS,
+                    description=LIST_DESCRIPTION,
                 )
             },
             f"{PREFIX}/jobs/{{id}}": {
@@ -340,7 +695,7 @@ def document() -> dict[str, Any]:
                     params=code,
                 ),
             },
-            **openapi_jobs.paths(),
+            **job_paths(),
             f"{PREFIX}/stats": {
                 "get": _op(
                     "Hourly outcomes (stats projection) and the open queue per target",
@@ -376,6 +731,6 @@ def document() -> dict[str, Any]:
                     ],
                 )
             },
-            **openapi_views.paths(),
+            **view_paths(),
         },
     }

@@ -1,7 +1,6 @@
-"""JSON forms of the read models, with the reference's field names (§3).
+"""JSON forms of the read models, with the field names the TypeScript engine's API used.
 
-A job row carries `_id` (the job id) and, like the reference's lean list rows, no
-payload unless asked for. Times are ISO 8601 UTC with milliseconds; unset fields are
+A job row carries `_id` (the job id) and, in lists, no payload unless asked for. Times are ISO 8601 UTC with milliseconds; unset fields are
 null rather than absent, so every row has the same keys.
 """
 
@@ -12,7 +11,7 @@ from typing import Any
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.domain.timeutil import iso
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.core.clock import Clock
 from jobledger.domain.events import Actor
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.port import Store
 
 

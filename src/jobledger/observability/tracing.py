@@ -8,12 +8,15 @@ function here degrades to a no-op. The application installs an SDK and exporter.
   its trace id) into `jobledger.core.context`; `Engine.enqueue` then opens and ends a
   producer span `job.enqueue <target>` under the active span (or that traceparent) and
   stores the producer span's traceparent on the job (JobEnqueued's metadata).
-* At run: `traced_run` (tracing_spans.py) opens the consumer span `job.run <target>` —
+* At run: `traced_run` (below) opens the consumer span `job.run <target>` —
   child of the producer span, with a link to it — and makes it the active span while
   the handler runs, so spans the handler opens nest under it. `TracingObserver` ends
   it when the outcome is decided (`run_finished`), with the job's code, target,
   attempts and result. A run that had no live span (a record from elsewhere) gets its
   span recorded afterwards from its start time and duration.
+* `traced_run` is also where the observers hear that a handler starts and ends
+  (`run_started` / `run_ended`, in the handler's task): the event-loop watchdog learns
+  from it which job's handler holds the loop.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from typing import Any
 from jobledger.core import context
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job
-from jobledger.observability.observe import Observer, RunRecord
+from jobledger.observability.observe import Observer, Observers, RunRecord
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.context import Context
     from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -39,6 +43,7 @@ try:
     #: instead of nesting under whatever span happens to be active in the worker
     _ROOT_CONTEXT: Any = Context()
 except ImportError:  # pragma: no cover - the otel extra is not installed
+    otel_context = None  # type: ignore[assignment]
     trace = None  # type: ignore[assignment]
     _PROPAGATOR = None
     _ROOT_CONTEXT = None
@@ -204,3 +209,79 @@ class TracingObserver(Observer):
         if record.result in ERROR_RESULTS:
             span.set_status(Status(StatusCode.ERROR, record.error or record.result))
         span.end(end_time=start_ns + duration_ns)
+
+
+# --- where the engine opens its live spans --------------------------------------------------
+#
+# `traced_run` around a handler (the lanes and the lossy runner), `enqueue_traceparent`
+# for each job enqueued. Both find the `TracingObserver` among the engine's observers;
+# without one (or without opentelemetry-api) they cost a loop over the observers and
+# change nothing.
+
+
+def tracing_of(observers: Observers) -> TracingObserver | None:
+    """The engine's enabled TracingObserver, if it has one."""
+    for observer in observers.observers:
+        if isinstance(observer, TracingObserver) and observer.enabled:
+            return observer
+    return None
+
+
+class TracedRun:
+    """Run a block (the handler) with the job's run span as the active span; the span
+    stays open until the observer hears the decided outcome. A class, not a generator:
+    without tracing it costs the observers' loop and two calls per run (the lanes'
+    hot path)."""
+
+    __slots__ = ("_context", "_job", "_observers", "_otel", "_tracing", "span")
+
+    def __init__(self, observers: Observers, job: Job) -> None:
+        self._tracing = tracing_of(observers)
+        self._observers = observers
+        self._job = job
+        self.span: Any = None
+
+    def failed(self, exc: BaseException) -> None:
+        """Record the handler's exception on the span."""
+        if self.span is not None:
+            self.span.record_exception(exc)
+
+    def __enter__(self) -> TracedRun:
+        self._observers.run_started(self._job)
+        if self._tracing is None:
+            return self
+        self.span = self._tracing.open_run(self._job)
+        self._otel = otel_context.attach(trace.set_span_in_context(self.span))
+        # what the handler sends on (the Kafka target's traceparent header, an enqueue
+        # without an active span) continues from the run span, not from the producer
+        current = context.current()
+        self._context = context.request_context(
+            trace_id=current.trace_id,
+            traceparent=current_traceparent() or current.traceparent,
+            actor=current.actor,
+        )
+        self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self.span is not None:
+                try:
+                    self._context.__exit__(None, None, None)
+                finally:
+                    otel_context.detach(self._otel)
+        finally:
+            self._observers.run_ended(self._job)
+
+
+#: `with traced_run(engine.observers, job) as run:` reads as what it does
+traced_run = TracedRun
+
+
+def enqueue_traceparent(
+    tracing: TracingObserver | None, target: str, job_id: str, traceparent: str | None
+) -> str | None:
+    """The traceparent a new job carries: its producer span's when tracing is on."""
+    if tracing is None:
+        return traceparent
+    return tracing.producer(target, job_id, traceparent)

@@ -3,7 +3,7 @@
 The jobs and schedules tables are written inline, in the transaction of the events
 that change them. Replay proves they still say what the log says: it folds job streams
 with `domain.jobs.apply_state` (the transitions of `apply`, the function the commands
-use) and schedule streams with `domain.schedules.apply_schedule`, then reports every
+use) and schedule streams with `domain.schedules.changes.apply_schedule`, then reports every
 row that is missing, extra, or different field by field. `replay` reads the log stream
 by stream and compares each job stream's row as soon as it is folded
 (`replay_stream.py`): its memory does not grow with the log.
@@ -22,18 +22,17 @@ from dataclasses import dataclass, field
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.projections.differences import EXTRA as EXTRA
 from jobledger.projections.differences import FIELD as FIELD
 from jobledger.projections.differences import MISSING as MISSING
 from jobledger.projections.differences import Difference as Difference
 from jobledger.projections.differences import compare_rows as compare_rows
-from jobledger.projections.differences import differences as _differences
 from jobledger.projections.jobs import JOB_PREFIX, JobsFold
 from jobledger.projections.log import DEFAULT_PAGE, OnPage, collector_paused, pages
 from jobledger.projections.replay_stream import StreamedReplay, replay_streams
 from jobledger.projections.schedules import ScheduleApply, SchedulesFold
-from jobledger.storage.port import JobFilter, Store
+from jobledger.storage.port import Store
 
 
 class Rebuild:
@@ -87,25 +86,6 @@ async def rebuild(
     result = Rebuild(schedule_fold)
     await result.read(store, page=page, on_page=on_page)
     return result
-
-
-async def compare_jobs(store: Store, rebuilt: dict[str, Job], *, page: int) -> list[Difference]:
-    """`compare_rows("jobs", every live job, rebuilt)`, the live jobs read `page` at a time
-    by id (`AdminReads.list_jobs`' keyset paging): replay holds the rebuilt rows and one page
-    of live ones, not a second copy of the read model."""
-    out: list[Difference] = []
-    seen: set[str] = set()
-    after = ""
-    while live := (
-        await store.admin.list_jobs(JobFilter(), offset=0, limit=page, after=after, count_limit=0)
-    )[0]:
-        for job in live:
-            seen.add(job.id)
-            out += _differences("jobs", job.id, job, rebuilt.get(job.id))
-        after = live[-1].id
-    out += [_differences("jobs", key, None, rebuilt[key])[0] for key in rebuilt.keys() - seen]
-    out.sort(key=lambda d: d.key)  # stable: a row's fields keep their order
-    return out
 
 
 @dataclass(slots=True)

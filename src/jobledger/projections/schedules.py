@@ -1,7 +1,7 @@
 """The schedules read model, folded from schedule streams.
 
 The fold itself is the schedule domain's `apply_schedule(row, event)`
-(`jobledger.domain.schedules`); it is looked up at run time so that replay of job
+(`jobledger.domain.schedules.changes`); it is looked up at run time so that replay of job
 streams works in a build without schedules, and says so instead of guessing.
 """
 
@@ -11,17 +11,17 @@ import importlib
 from collections.abc import Callable
 
 from jobledger.domain.events import Event
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.projections.jobs import where_in_log
 
 SCHEDULE_PREFIX = "schedule:"
-SCHEDULE_MODULE = "jobledger.domain.schedules"
+SCHEDULE_MODULE = "jobledger.domain.schedules.changes"
 
 ScheduleApply = Callable[[Schedule | None, Event], Schedule | None]
 
 
 def schedule_apply() -> ScheduleApply | None:
-    """`jobledger.domain.schedules.apply_schedule`, or None when this build has none."""
+    """`jobledger.domain.schedules.changes.apply_schedule`, or None when this build has none."""
     try:
         module = importlib.import_module(SCHEDULE_MODULE)
     except ModuleNotFoundError as exc:

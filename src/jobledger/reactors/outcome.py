@@ -24,7 +24,7 @@ from jobledger.domain.job_outcomes import Outcome, OutcomePolicy, Result, RunRes
 from jobledger.domain.jobs import Job, Stamp
 from jobledger.observability.logs import log_run_line, run_line_level
 from jobledger.observability.observe import RunRecord
-from jobledger.observability.tracing_spans import traced_run
+from jobledger.observability.tracing import traced_run
 from jobledger.reactors.pause import PauseMap
 
 if TYPE_CHECKING:

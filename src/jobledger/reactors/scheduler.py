@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from jobledger.admin.schedules import CAS_RETRIES, ScheduleCommands
 from jobledger.core import context
 from jobledger.core.clock import Clock
 from jobledger.core.ids import new_id
 from jobledger.core.tasks import cancel_and_wait
-from jobledger.domain import schedule_slot_run, schedule_tick
-from jobledger.domain import schedules as sched
 from jobledger.domain.errors import (
     DuplicateSchedule,
     InvalidArgument,
@@ -35,10 +34,12 @@ from jobledger.domain.errors import (
 )
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus, Lane, Stamp
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
-from jobledger.domain.schedule_spec import ScheduleSpec, make_spec
+from jobledger.domain.schedules import commands as sched
+from jobledger.domain.schedules import slot_run
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule, schedule_target
+from jobledger.domain.schedules.spec import ScheduleSpec, make_spec
+from jobledger.domain.schedules.tick import TickPlan, plan_tick
 from jobledger.domain.timeutil import at_ms
-from jobledger.reactors.schedule_commands import CAS_RETRIES, ScheduleCommands
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.feed import Subscription, Wake
 from jobledger.storage.port import JobFilter
@@ -118,8 +119,8 @@ class Scheduler(ScheduleCommands):
         """Declare a schedule at start-up (before `sync`).
 
         `runs_per_slot` is the TOTAL number of runs one slot gets (default 3 = the
-        first run and 2 retries at 1 and 2 min). `retry_count` is the reference's name
-        for the same number, kept as a deprecated alias (G7). Raises InvalidCron,
+        first run and 2 retries at 1 and 2 min). `retry_count` is the TypeScript engine's
+        name for the same number, kept as a deprecated alias. Raises InvalidCron,
         DuplicateSchedule, InvalidArgument.
         """
         if code in self._declared:
@@ -173,13 +174,13 @@ class Scheduler(ScheduleCommands):
 
     # --- the tick ---------------------------------------------------------------------
 
-    async def tick(self) -> list[schedule_tick.TickPlan]:
+    async def tick(self) -> list[TickPlan]:
         """One tick: enqueue the due slot of every enabled, due, declared schedule.
 
         Returns the plans this pod wrote (another pod may have written the others).
         """
         now = self.clock.now()
-        applied: list[schedule_tick.TickPlan] = []
+        applied: list[TickPlan] = []
         earliest: datetime | None = None
         for row in await self.store.admin.list_schedules():
             if row.code not in self._declared:
@@ -192,9 +193,7 @@ class Scheduler(ScheduleCommands):
         self._earliest = earliest
         return applied
 
-    async def _tick_one(
-        self, row: Schedule, now: datetime
-    ) -> tuple[schedule_tick.TickPlan | None, Schedule]:
+    async def _tick_one(self, row: Schedule, now: datetime) -> tuple[TickPlan | None, Schedule]:
         written: tuple[datetime, str] | None = None  # (slot, job id) written on a lost race
         for _ in range(CAS_RETRIES):
             plan = self._plan(row, now, written[1] if written else None)
@@ -224,10 +223,8 @@ class Scheduler(ScheduleCommands):
         logger.warning("schedule %s: tick gave up after %d lost races", row.code, CAS_RETRIES)
         return None, row
 
-    def _plan(
-        self, row: Schedule, now: datetime, job_id: str | None
-    ) -> schedule_tick.TickPlan | None:
-        return schedule_tick.plan_tick(
+    def _plan(self, row: Schedule, now: datetime, job_id: str | None) -> TickPlan | None:
+        return plan_tick(
             row,
             now,
             grace=self.grace,
@@ -236,7 +233,7 @@ class Scheduler(ScheduleCommands):
             partitions=self.settings.partitions,
         )
 
-    def _report(self, plan: schedule_tick.TickPlan, *, job_written: bool) -> None:
+    def _report(self, plan: TickPlan, *, job_written: bool) -> None:
         code = plan.schedule.stream.removeprefix("schedule:")
         if plan.missed is not None and plan.reason is not None:
             logger.warning(
@@ -274,20 +271,18 @@ class Scheduler(ScheduleCommands):
         now = self.clock.now()
         row = await self.store.admin.get_schedule(code)
         policy = row.missed_slot_policy if row else declaration.spec.missed_slot_policy
-        slot = schedule_slot_run.slot_of(job)
+        slot = slot_run.slot_of(job)
         newer = False
-        if schedule_slot_run.needs_newer_slot_check(policy, job, now, grace=self.grace):
+        if slot_run.needs_newer_slot_check(policy, job, now, grace=self.grace):
             newer = await self._newer_slot_pending(code, job, slot)
-        verdict = schedule_slot_run.decide_slot_run(
+        verdict = slot_run.decide_slot_run(
             row, policy, job, now, grace=self.grace, newer_pending=newer
         )
         if not verdict.run:
-            await self._record(
-                code, lambda r, s: schedule_slot_run.slot_skipped(r, job, verdict, s)
-            )
+            await self._record(code, lambda r, s: slot_run.slot_skipped(r, job, verdict, s))
             raise SkipRun(verdict.skip_text)
         result = await declaration.handler(SlotRun(code, slot, job))
-        await self._record(code, lambda r, s: schedule_slot_run.slot_ran(r, job, s))
+        await self._record(code, lambda r, s: slot_run.slot_ran(r, job, s))
         return result
 
     async def _newer_slot_pending(self, code: str, job: Job, slot: datetime) -> bool:
@@ -300,7 +295,7 @@ class Scheduler(ScheduleCommands):
             if other.id == job.id:
                 continue
             try:
-                if schedule_slot_run.slot_of(other) > slot:
+                if slot_run.slot_of(other) > slot:
                     return True
             except InvalidArgument:
                 continue

@@ -36,7 +36,7 @@ from typing import Any
 from jobledger.domain.chain import LogRow, event_row
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.feed import Subscription
 
 # the handle `Writes.transaction()` yields, and the helpers every adapter's write path uses

@@ -15,7 +15,7 @@ from typing import Any
 from jobledger.domain.events import Actor, Event, actor_json
 from jobledger.domain.jobs import JOB_FIELDS as JOB_FIELDS  # the record's fields, re-exported
 from jobledger.domain.jobs import TRANSITION_FIELDS, Job, JobStatus, Lane
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms
 from jobledger.storage.jsontext import loads as json_loads
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_outcomes
 from jobledger.domain.events import EventType

@@ -18,10 +18,11 @@ from typing import Any, cast
 import pytest
 
 from jobledger.core.clock import FakeClock
+from jobledger.domain.chain import verify_chain
 from jobledger.domain.errors import DuplicateSchedule, InvalidCron, NotFound
-from jobledger.domain.events import Actor, Event, EventType, verify_chain
+from jobledger.domain.events import Actor, Event, EventType
 from jobledger.domain.jobs import Job, JobStatus
-from jobledger.domain.schedule_row import MissedSlotPolicy
+from jobledger.domain.schedules.row import MissedSlotPolicy
 from jobledger.engine import Engine
 from jobledger.observability.observe import Observer
 from jobledger.reactors.runtime import Runtime
@@ -347,8 +348,8 @@ class Interleaved:
 async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     store: Store, clock: FakeClock
 ) -> None:
-    from jobledger.domain import schedule_slot_run, schedule_tick
     from jobledger.domain.jobs import Stamp
+    from jobledger.domain.schedules import slot_run, tick
 
     racing = Interleaved(store)
     scheduler = Scheduler(make_engine(cast(Store, racing), clock))
@@ -359,10 +360,10 @@ async def test_a_tick_that_loses_the_schedule_race_keeps_one_job_and_names_it(
     async def slot_record() -> Any:  # another pod records an older slot's run meanwhile
         row = await store.admin.get_schedule("report")
         assert row is not None
-        old = schedule_tick.slot_job(
+        old = tick.slot_job(
             "report", utc(2026, 3, 2, 8, 0), job_id="old", partitions=64, stamp=Stamp(clock.now())
         )
-        return schedule_slot_run.slot_ran(row, old.row, Stamp(clock.now()))
+        return slot_run.slot_ran(row, old.row, Stamp(clock.now()))
 
     racing.writes.before_first = slot_record
     (plan,) = await scheduler.tick()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from jobledger.core.clock import FakeClock
-from jobledger.domain.events import verify_chain
+from jobledger.domain.chain import verify_chain
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
 from tests.contract.conftest import Kit

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_outcomes, jobs
-from jobledger.domain.events import SYSTEM, Event, verify_chain
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import SYSTEM, Event
 from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
 from jobledger.domain.jobs import DeliveryMode, Stamp
 from jobledger.engine import Engine

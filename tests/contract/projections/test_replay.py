@@ -17,14 +17,11 @@ from jobledger.core.clock import FakeClock
 from jobledger.core.ids import new_id
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.jobs import JobStatus, Stamp
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.projections.replay import (
     EXTRA,
     FIELD,
     MISSING,
-    compare_jobs,
-    compare_rows,
-    rebuild,
     replay,
 )
 from jobledger.projections.schedules import schedule_apply
@@ -32,7 +29,6 @@ from jobledger.storage.port import Store
 from tests.contract.projections.test_replay_workload import (
     EVENTS_PER_CYCLE,
     generate,
-    tamper_job_rows,
 )
 from tests.stores import all_jobs
 
@@ -108,22 +104,6 @@ async def test_a_tampered_read_model_is_reported_and_apply_repairs_it(
     assert again.ok and not again.applied
 
 
-async def test_the_paged_job_comparison_reports_what_the_whole_one_does(
-    store: Store, clock: FakeClock
-) -> None:
-    damage = await tamper_job_rows(store, clock, "0f")  # ids before and after every real one
-    dropped, ghosts, edited = damage.dropped, damage.ghosts, damage.edited
-
-    rebuilt = await rebuild(store)
-    whole = compare_rows("jobs", {j.id: j for j in await all_jobs(store)}, rebuilt.jobs.rows)
-    assert {(d.kind, d.key) for d in whole if d.kind != FIELD} == {
-        (MISSING, key) for key in dropped
-    } | {(EXTRA, g.id) for g in ghosts}
-    assert {d.key for d in whole if d.kind == FIELD} == edited
-    for page in (1, 3, 1000):
-        assert await compare_jobs(store, rebuilt.jobs.rows, page=page) == whole
-
-
 async def test_replay_of_an_empty_store_is_clean(store: Store) -> None:
     report = await replay(store)
     assert report.ok and report.events == 0 and report.jobs_rebuilt == 0
@@ -131,9 +111,9 @@ async def test_replay_of_an_empty_store_is_clean(store: Store) -> None:
 
 async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
     """Three schedules with declare, disable, override and a tick that enqueues a slot."""
-    from jobledger.domain import schedule_tick
-    from jobledger.domain import schedules as sd
-    from jobledger.domain.schedule_spec import make_spec
+    from jobledger.domain.schedules import commands as sd
+    from jobledger.domain.schedules import tick
+    from jobledger.domain.schedules.spec import make_spec
 
     def stamp() -> Stamp:
         return Stamp(clock.now(), SYSTEM, "trace-schedules")
@@ -163,7 +143,7 @@ async def _schedules(store: Store, clock: FakeClock) -> list[Schedule]:
     due = rows["every5"].next_run_at
     assert due is not None
     clock.set(due)
-    plan = schedule_tick.plan_tick(
+    plan = tick.plan_tick(
         rows["every5"],
         clock.now(),
         grace=timedelta(seconds=60),

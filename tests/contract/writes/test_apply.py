@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain import job_outcomes
-from jobledger.domain.events import verify_chain
+from jobledger.domain.chain import verify_chain
 from jobledger.domain.jobs import Job, JobStatus, Lane, Stamp
 from jobledger.engine import Engine
 from jobledger.storage.port import LeaseGuard, Store

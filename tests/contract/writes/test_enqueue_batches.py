@@ -8,7 +8,8 @@ from datetime import timedelta
 
 from jobledger.core.clock import FakeClock
 from jobledger.core.context import request_context
-from jobledger.domain.events import Actor, verify_chain
+from jobledger.domain.chain import verify_chain
+from jobledger.domain.events import Actor
 from jobledger.domain.jobs import NewJob
 from jobledger.engine import Engine
 from jobledger.storage.port import Store

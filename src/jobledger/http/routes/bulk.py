@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 
-from jobledger.admin import BULK_LIMIT, JobAdmin
+from jobledger.admin.jobs import BULK_LIMIT, JobAdmin
 from jobledger.config.api_keys import Principal
 from jobledger.domain.errors import InvalidStatus
 from jobledger.http.routes._guard import api, int_param, services

@@ -1,5 +1,5 @@
 """The stats dashboard: `GET /api/v1/dashboard` and the page `/admin/dashboard`, both
-from `jobledger.http.dashboard` (bounded: see there); the page draws its charts on the
+from `jobledger.http.queries.dashboard_numbers` (bounded: see there); the page draws its charts on the
 server (`jobledger.http.svg_chart`)."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from jobledger.config.api_keys import Principal
-from jobledger.http.dashboard import RANGES, Range, dashboard
 from jobledger.http.errors import ValidationFailed
+from jobledger.http.queries.dashboard_numbers import RANGES, Range, dashboard
 from jobledger.http.routes._guard import api, services
 from jobledger.http.routes.page_base import (
     error_page,
@@ -138,3 +139,12 @@ async def dashboard_page(request: Request) -> Response:
             ],
         },
     )
+
+
+def api_routes() -> list[BaseRoute]:
+    """Mounted under /api/v1."""
+    return [Route("/dashboard", get_dashboard, methods=["GET"])]
+
+
+def page_routes() -> list[BaseRoute]:
+    return [Route("/admin/dashboard", dashboard_page, methods=["GET"])]

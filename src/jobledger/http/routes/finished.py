@@ -1,5 +1,5 @@
 """`GET /api/v1/finished`: jobs that left the queue (SUCCEEDED, SKIPPED, CANCELLED,
-EXPIRED), newest first, from the log (`jobledger.http.finished`); search by `id` or
+EXPIRED), newest first, from the log (`jobledger.http.queries.finished_jobs`); search by `id` or
 `dedupe_key`, filter by status, target, code, key."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from starlette.routing import BaseRoute, Route
 
 from jobledger.config.api_keys import Principal
 from jobledger.http.errors import ValidationFailed
-from jobledger.http.finished import (
+from jobledger.http.queries.finished_jobs import (
     FINISHED_STATUSES,
     Finished,
     FinishedFilter,

@@ -1,4 +1,4 @@
-"""`/api/v1/jobs`: list (reference §4), detail with history, retry, skip, cancel."""
+"""`/api/v1/jobs`: list, detail with history, retry, skip, cancel."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from jobledger.config.api_keys import Principal
 from jobledger.core.ids import is_job_id
 from jobledger.domain.jobs import JobStatus
 from jobledger.http.errors import ValidationFailed
-from jobledger.http.listing import list_open
+from jobledger.http.queries.open_jobs import list_open
 from jobledger.http.routes._guard import api, int_param, services
 from jobledger.http.serialize import event_json, job_json
 from jobledger.storage.port import JobFilter
@@ -46,8 +46,8 @@ def cursor_param(request: Request, name: str) -> str | None:
 
 @api(query=("status", "target", "code", "key", "page", "limit", "before", "after"))
 async def list_jobs(request: Request, principal: Principal) -> dict[str, Any]:
-    """Reference §4's listing plus keyset cursors (`before`/`after`, answered with
-    `next`/`prev`) and a total counted up to `listing.COUNT_CAP` (`total_capped`)."""
+    """The open jobs, `page` by `limit`, plus keyset cursors (`before`/`after`, answered
+    with `next`/`prev`) and a total counted up to `open_jobs.COUNT_CAP` (`total_capped`)."""
     flt = job_filter(request)
     page = int_param(request, "page", 1, minimum=1, maximum=MAX_PAGE)
     limit = int_param(request, "limit", MAX_LIMIT, minimum=1, maximum=MAX_LIMIT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from jobledger.http import openapi, openapi_html
 from jobledger.http.routes.page_base import login_redirect, principal_of, render
@@ -27,3 +28,7 @@ async def api_page(request: Request) -> Response:
             "schemas": openapi_html.schemas(document),
         },
     )
+
+
+def page_routes() -> list[BaseRoute]:
+    return [Route("/admin/api", api_page, methods=["GET"])]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from jobledger.admin import BULK_LIMIT
+from jobledger.admin.jobs import BULK_LIMIT
 from jobledger.config.api_keys import Principal
 from jobledger.domain.errors import InvalidArgument
 from jobledger.http.routes._guard import services

@@ -1,5 +1,5 @@
 """The admin page's finished jobs (`/admin?status=SUCCEEDED`, …, `FINISHED` for any):
-read back from the log with `jobledger.http.finished`, "Older" links carrying the log
+read back from the log with `jobledger.http.queries.finished_jobs`, "Older" links carrying the log
 position; and `/admin/find?q=`: a job id or dedupe key opens that job's page."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from jobledger.config.api_keys import Principal
 from jobledger.core.ids import is_job_id
 from jobledger.domain import jobs
 from jobledger.domain.jobs import JobStatus
-from jobledger.http.finished import FINISHED_STATUSES, FinishedFilter, browse
+from jobledger.http.queries.finished_jobs import FINISHED_STATUSES, FinishedFilter, browse
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.finished import finished_json
 from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render

@@ -1,5 +1,5 @@
 """The admin page's jobs list (`/admin`): filters, keyset pages (Newer / Older links
-carrying `after` / `before` cursors) and counts capped at `listing.COUNT_CAP`, so the
+carrying `after` / `before` cursors) and counts capped at `open_jobs.COUNT_CAP`, so the
 page costs the same on a backlog of a hundred jobs or of a million."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from starlette.responses import Response
 from jobledger.config.api_keys import Principal
 from jobledger.core.ids import is_job_id
 from jobledger.domain.jobs import JobStatus
-from jobledger.http import listing
-from jobledger.http.finished import FINISHED_STATUSES
-from jobledger.http.listing import capped_count, list_open, shown_count
+from jobledger.http.queries import open_jobs
+from jobledger.http.queries.finished_jobs import FINISHED_STATUSES
+from jobledger.http.queries.open_jobs import capped_count, list_open, shown_count
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.page_base import (
     filtered_page_principal,
@@ -58,7 +58,7 @@ async def bulk_context(
     or None: how many DEAD jobs match the filters, as the confirmation shows it."""
     if not principal.is_admin or flt.status not in (None, JobStatus.DEAD):
         return None
-    cap = listing.COUNT_CAP
+    cap = open_jobs.COUNT_CAP
     count = await services(request).jobs.dead_count(flt, at_most=cap + 1)
     if count == 0:
         return None

@@ -1,5 +1,5 @@
 """A schedule's run history: `GET /api/v1/schedules/{code}/history` and the page
-`/admin/schedules/{code}`, both from `jobledger.http.schedule_history` (bounded pages
+`/admin/schedules/{code}`, both from `jobledger.http.queries.schedule_runs` (bounded pages
 of the schedule's stream)."""
 
 from __future__ import annotations
@@ -9,14 +9,15 @@ from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
 from jobledger.config.api_keys import Principal
 from jobledger.domain.errors import JobledgerError
 from jobledger.domain.timeutil import iso
 from jobledger.http.errors import ApiError
+from jobledger.http.queries.schedule_runs import history
 from jobledger.http.routes._guard import api, check_text, int_param, services
 from jobledger.http.routes.page_base import error_page, login_redirect, principal_of, render
-from jobledger.http.schedule_history import history
 from jobledger.http.serialize import schedule_json
 
 MAX_LIMIT = 200
@@ -69,3 +70,12 @@ async def schedule_page(request: Request) -> Response:
             "has_scheduler": services(request).schedules is not None,
         },
     )
+
+
+def api_routes() -> list[BaseRoute]:
+    """Mounted under /api/v1."""
+    return [Route("/schedules/{code}/history", get_history, methods=["GET"])]
+
+
+def page_routes() -> list[BaseRoute]:
+    return [Route("/admin/schedules/{code}", schedule_page, methods=["GET"])]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.memory.tables import MemoryTables
 from jobledger.storage.port import AdminReads, JobFilter
 

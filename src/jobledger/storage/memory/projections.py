@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.memory.tables import MemoryTables
 from jobledger.storage.port import ProjectionState
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Job, JobStatus, Lane
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.port import LeaseGuard, PartitionLease
 
 _PENDING = JobStatus.PENDING

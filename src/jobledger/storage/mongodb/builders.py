@@ -26,7 +26,7 @@ from typing import Any
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage import jsontext, rows
 from jobledger.storage.port import JobFilter
 

@@ -26,7 +26,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.feed import EVERYTHING, LocalFeed, Subscription, wake_of
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb import codec, metrics, rebuild, transactions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.port import AdminReads, JobFilter
 from jobledger.storage.postgres.connections import PgConnections
 from jobledger.storage.postgres.sql import Statements, list_jobs_sql

@@ -18,7 +18,7 @@ import orjson
 
 from jobledger.domain.events import GENESIS_HASH, Event, EventType, actor_json
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane, apply, job_stream
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.domain.timeutil import iso, parse_iso
 from jobledger.storage.jsontext import dumps, json_bytes
 from jobledger.storage.postgres.sql import (

@@ -9,7 +9,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage import jsontext
 from jobledger.storage.port import ProjectionState
 from jobledger.storage.postgres import encode

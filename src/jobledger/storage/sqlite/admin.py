@@ -6,7 +6,7 @@ import sqlite3
 from typing import Any
 
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.port import AdminReads, JobFilter
 from jobledger.storage.sqlite import sql
 from jobledger.storage.sqlite.connections import Connections

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from jobledger.domain.chain import LogRow
 from jobledger.domain.events import Actor, Event, actor_json
 from jobledger.domain.jobs import Job
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules.row import Schedule
 from jobledger.domain.timeutil import iso
 from jobledger.storage import jsontext, rows
 from jobledger.storage.jsontext import loads as load_json

@@ -1,16 +1,16 @@
-"""The Kafka target's decisions, with no I/O (reference §7 "Kafka send details").
+"""The Kafka target's decisions, with no I/O.
 
 * which `kafka:<topic>` targets exist and in which delivery mode (declared producer
   events plus `KAFKA_TARGET_TOPICS`);
 * which topic a job goes to (the per-event override when the job's code is a declared
   producer event, else the target's own topic);
-* the record (`jobledger.targets.kafka_record`): key = job key, value = compact JSON
+* the record (`jobledger.targets.kafka.record`): key = job key, value = compact JSON
   of the payload, headers `event_id` (the job id, overridden by the job's headers),
   `traceparent` and `trace_id`;
 * how a failed send is classified (`classify`) and which handler signal each class
   raises (`signal_for`).
 
-`jobledger.targets.kafka` is the thin adapter that carries these out with aiokafka.
+`jobledger.targets.kafka.target` is the thin adapter that carries these out with aiokafka.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from jobledger.domain.errors import (
     TargetUnreachable,
 )
 from jobledger.domain.jobs import DeliveryMode, Job
-from jobledger.targets.kafka_record import InvalidRecord
+from jobledger.targets.kafka.record import InvalidRecord
 
 PREFIX = "kafka:"
 TARGET_TOPICS_SETTING = "KAFKA_TARGET_TOPICS"
@@ -49,7 +49,7 @@ def topic_of(target: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KafkaEvent:
-    """A declared producer event (reference KAFKA_EVENTS): jobs of code `event` go to
+    """A declared producer event: jobs of code `event` go to
     `kafka:<default_topic>`, or to the topic the settings override it with."""
 
     event: str
@@ -165,7 +165,7 @@ def check_overrides(events: Iterable[KafkaEvent], overrides: Mapping[str, str]) 
 
 def topic_for(job: Job, events: Mapping[str, KafkaEvent], overrides: Mapping[str, str]) -> str:
     """The override when the job's code is a declared producer event, else the target's
-    topic (reference kafka.target.ts:81)."""
+    topic."""
     if job.code in events and job.code in overrides:
         return overrides[job.code]
     return topic_of(job.target)
@@ -220,7 +220,7 @@ _TIMED_OUT: tuple[type[BaseException], ...] = (
 
 
 def classify(exc: BaseException, phase: Phase = Phase.DELIVERY) -> KafkaFailure:
-    """The class of one failed send (reference kafkaFailure, kafka.target.ts:40-51)."""
+    """The class of one failed send."""
     if isinstance(exc, InvalidRecord):
         return KafkaFailure.INVALID
     if phase == Phase.CONNECT:
@@ -260,7 +260,7 @@ def describe(exc: BaseException) -> str:
 
 
 def signal_for(failure: KafkaFailure, topic: str, exc: BaseException) -> Exception:
-    """The exception the handler raises for `failure` (reference §4 handler errors)."""
+    """The exception the handler raises for `failure` (a handler signal the outcome path reads)."""
     message = f"kafka {failure.value} on {topic!r}: {describe(exc)}"
     if failure == KafkaFailure.NOT_SENT:
         return TargetUnreachable(message)

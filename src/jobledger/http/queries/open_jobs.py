@@ -1,4 +1,4 @@
-"""The open-jobs listing at a cost that does not grow with the table (issue 19 item 3).
+"""The open-jobs listing at a cost that does not grow with the table.
 
 A page is a keyset read on the id (ids are time-ordered, so newest first is an id sort,
 served by the `(filter column, id)` indexes): `before=<id>` gives the rows older than a

@@ -1,14 +1,14 @@
-"""Schedules: events, the row they fold into, boot sync and admin commands — pure.
+"""A schedule's stream: how its events fold into the row, and how a change is made — pure.
 
 Every change of a schedule is a `Change` on stream `schedule:<code>`; the store applies
-it only if the stream is still at the version the change was computed from, which is
-the reference's "next_run_at advance guarded on its old value" (§9). `apply_schedule`
-folds one event into the row; the commands below and `jobledger replay` both use it.
-The tick lives in `schedule_tick.py`, the slot run's verdict in `schedule_slot_run.py`,
-the declaration's validation in `schedule_spec.py`; all three append to the stream with
-`schedule_change`.
+it only if the stream is still at the version the change was computed from, so two
+writers that read the same `next_run_at` cannot both advance it. `apply_schedule` folds
+one event into the row; `schedule_change` appends events to the stream and folds them.
+The boot sync and admin commands (`commands`), the tick (`tick`) and the slot run
+(`slot_run`) all build their changes with it, and `jobledger replay` folds with
+`apply_schedule`.
 
-Schedule row states (reference §6)::
+Schedule row states::
 
     (new) --ScheduleDeclared--> enabled, next_run_at = next slot   (first boot)
     any --ScheduleSynced--> code-owned fields rewritten            (boot, when they changed)
@@ -32,15 +32,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from jobledger.domain import cron as cronlib
 from jobledger.domain.events import GENESIS_HASH, Event, EventType, new_event
 from jobledger.domain.jobs import Change, Stamp
-from jobledger.domain.schedule_row import (
-    MissedSlotPolicy,
-    Schedule,
-    schedule_stream,
-)
-from jobledger.domain.schedule_spec import CODE_OWNED, ScheduleSpec
+from jobledger.domain.schedules import cron as cronlib
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import iso, parse_iso
 
 # --- folding events into the row -------------------------------------------------------
@@ -126,18 +121,11 @@ def _moved(row: Schedule, data: Mapping[str, Any]) -> Schedule:
     return replace(row, next_run_at=_time(data["next_run_at"]))
 
 
-def fold_schedule(events: list[Event]) -> Schedule | None:
-    row: Schedule | None = None
-    for event in events:
-        row = apply_schedule(row, event)
-    return row
-
-
 def schedule_change(
     row: Schedule | None, stream: str, stamp: Stamp, *items: tuple[str, Mapping[str, Any]]
 ) -> Change:
     """The events `items` (type, data) appended to the schedule stream after `row`, folded:
-    every schedule command (here, in `schedule_tick` and in `schedule_slot_run`) ends here."""
+    every schedule command (`commands`, `tick`, `slot_run`) ends here."""
     version = row.stream_version if row else 0
     prev = row.last_hash if row else GENESIS_HASH
     expected = version
@@ -165,93 +153,3 @@ def next_run_iso(cron: str, tz: str, after: datetime) -> str | None:
     """The cron's next slot after `after` as an event's next_run_at (None: never again)."""
     slot = cronlib.next_slot(cron, tz, after)
     return iso(slot) if slot is not None else None
-
-
-# --- boot: declare and sync ------------------------------------------------------------
-
-
-def declared(spec: ScheduleSpec, stamp: Stamp) -> Change:
-    """First boot that declares the code: the row, enabled, with its next slot."""
-    data = {
-        "code": spec.code,
-        "cron": spec.cron,
-        "timezone": spec.timezone,
-        "missed_slot_policy": spec.missed_slot_policy.value,
-        "runs_per_slot": spec.runs_per_slot,
-        "enabled": True,
-        "next_run_at": next_run_iso(spec.cron, spec.timezone, stamp.at),
-    }
-    return schedule_change(
-        None, schedule_stream(spec.code), stamp, (EventType.SCHEDULE_DECLARED, data)
-    )
-
-
-def synced(row: Schedule, spec: ScheduleSpec, stamp: Stamp) -> Change | None:
-    """Boot sync: rewrite the code-owned fields when they differ from the declaration.
-
-    When the effective cron (no override in place) or the time zone changes, next_run_at
-    moves to the new cron's next slot after now; slots of the old cron still due are
-    dropped rather than run at times the new cron never names.
-    """
-    changed = [name for name in CODE_OWNED if getattr(row, name) != getattr(spec, name)]
-    if not changed:
-        return None
-    data: dict[str, Any] = {
-        "cron": spec.cron,
-        "timezone": spec.timezone,
-        "missed_slot_policy": spec.missed_slot_policy.value,
-        "runs_per_slot": spec.runs_per_slot,
-        "changed": changed,
-        "previous": {
-            name: (
-                getattr(row, name).value
-                if isinstance(getattr(row, name), MissedSlotPolicy)
-                else getattr(row, name)
-            )
-            for name in changed
-        },
-    }
-    new_effective = row.cron_override or spec.cron
-    if new_effective != row.effective_cron or spec.timezone != row.timezone:
-        data["next_run_at"] = next_run_iso(new_effective, spec.timezone, stamp.at)
-    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_SYNCED, data))
-
-
-# --- admin commands --------------------------------------------------------------------
-
-
-def enabled(row: Schedule, stamp: Stamp) -> Change | None:
-    """disabled → enabled; next_run_at = the next slot after now, so slots missed while
-    disabled are dropped. Already enabled: nothing to write (None)."""
-    if row.enabled:
-        return None
-    data = {"next_run_at": next_run_iso(row.effective_cron, row.timezone, stamp.at)}
-    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_ENABLED, data))
-
-
-def disabled(row: Schedule, stamp: Stamp) -> Change | None:
-    if not row.enabled:
-        return None
-    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_DISABLED, {}))
-
-
-def override_set(row: Schedule, cron: str, stamp: Stamp) -> Change:
-    """cron_override = `cron` (InvalidCron when bad); next_run_at follows it."""
-    text = cronlib.validate(cron, row.timezone, stamp.at)
-    data = {
-        "cron_override": text,
-        "previous": row.cron_override,
-        "next_run_at": next_run_iso(text, row.timezone, stamp.at),
-    }
-    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_SET, data))
-
-
-def override_cleared(row: Schedule, stamp: Stamp) -> Change | None:
-    """Override unset, next_run_at back on the code cron. No override: None."""
-    if row.cron_override is None:
-        return None
-    data = {
-        "previous": row.cron_override,
-        "next_run_at": next_run_iso(row.cron, row.timezone, stamp.at),
-    }
-    return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_OVERRIDE_CLEARED, data))

@@ -1,4 +1,4 @@
-"""Finished jobs (issue 19 item 8): jobs that left the queue — SUCCEEDED, SKIPPED,
+"""Finished jobs: jobs that left the queue — SUCCEEDED, SKIPPED,
 CANCELLED, EXPIRED — browsed from the log, where they stay until the archive's
 retention (`log_retention_days`) removes their streams.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from jobledger.admin import CLOSED_STATUS
+from jobledger.admin.jobs import CLOSED_STATUS
 from jobledger.core.ids import is_job_id
 from jobledger.domain import jobs
 from jobledger.domain.events import Event

@@ -1,8 +1,8 @@
 """The slot run: whether a schedule slot's job runs or is skipped, and what it records — pure.
 
-Reference §5: a slot whose FIRST run starts more than the grace after the slot is late;
+A slot whose FIRST run starts more than the grace after the slot is late;
 `decide_slot_run` gives the verdict from the missed-slot policy (and `late_reason` says
-why it is late, as far as the data tells: G8). `slot_ran` and `slot_skipped` are the
+why it is late, as far as the data tells). `slot_ran` and `slot_skipped` are the
 schedule stream's record of the outcome (last_run_at / last_skipped_at).
 """
 
@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import Change, Job, Stamp
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule
-from jobledger.domain.schedules import schedule_change
+from jobledger.domain.schedules.changes import schedule_change
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.domain.timeutil import at_ms, iso, parse_iso
 
 
@@ -43,7 +43,7 @@ class SlotVerdict:
 def late_reason(
     row: Schedule | None, job: Job, slot: datetime, now: datetime, grace: timedelta
 ) -> tuple[str, str]:
-    """Why a slot's first run starts late, as far as the data tells (closes G8)."""
+    """Why a slot's first run starts late, as far as the data tells."""
     deadline = slot + grace
     late_s = (now - slot).total_seconds()
     if job.created_at > deadline:
@@ -86,7 +86,7 @@ def decide_slot_run(
     grace: timedelta,
     newer_pending: bool,
 ) -> SlotVerdict:
-    """Reference §5: a slot whose FIRST run starts more than `grace` after the slot.
+    """The verdict on a slot whose FIRST run starts more than `grace` after the slot.
 
     skip → skipped; run_once → skipped only when a newer PENDING slot of the code
     exists, otherwise run. Retries inside a slot (attempts > 0) always run.

@@ -8,7 +8,7 @@ concurrent requests), reads it, and makes one keyset read per target with PENDIN
 for the oldest PENDING age. Memory and work per request: O(buckets x targets x codes)
 of the checkpoint, bounded by its windows (120 minutes, 35 days of hours, 7 days of
 depth), never by the number of jobs or events. The pods: one read of the liveness rows and one
-of the partition leases (`jobledger.http.pods`).
+of the partition leases (`jobledger.http.queries.pods`).
 
 Ranges: `1h` is 60 one-minute buckets (outcomes per target only: minutes are not kept
 per code), `24h` and `7d` are hourly buckets (per target and code). A bucket's depth is
@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobledger.domain.timeutil import iso
-from jobledger.http.pods import pods
+from jobledger.http.queries.pods import pods
 from jobledger.projections.depth import STATUSES
 from jobledger.projections.stats import (
     OUTCOMES,

@@ -1,6 +1,6 @@
 """The schedule tick: which slots are due and what one tick writes — pure.
 
-Reference §5/§6 "Schedule tick". `plan_tick` turns a due schedule row into ONE
+`plan_tick` turns a due schedule row into ONE
 `TickPlan`: the schedule stream's events (ScheduleSlotsMissed, ScheduleSlotEnqueued or
 ScheduleSlotSkipped) and the newest slot's long-lane job (`slot_job`, deduplicated by
 `slot_dedupe_key` so two pods ticking the same slot enqueue it once). The
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobledger.domain import cron as cronlib
 from jobledger.domain import job_commands
 from jobledger.domain.events import EventType
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
-from jobledger.domain.schedule_row import MissedSlotPolicy, Schedule, schedule_target
-from jobledger.domain.schedules import next_run_iso, schedule_change
+from jobledger.domain.schedules import cron as cronlib
+from jobledger.domain.schedules.changes import next_run_iso, schedule_change
+from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule, schedule_target
 from jobledger.domain.timeutil import at_ms, iso
 
 #: counting due slots stops here after a long downtime; the newest is still found
@@ -96,11 +96,11 @@ def plan_tick(
     job_id: str,
     partitions: int,
 ) -> TickPlan | None:
-    """Reference §5/§6 "Schedule tick": None when the schedule is not due.
+    """The tick of one schedule row: None when the schedule is not due.
 
     Several due slots, or one slot later than `grace` → ScheduleSlotsMissed with the
     count and reason. Policy skip with the newest slot late → enqueue nothing and record
-    ScheduleSlotSkipped (closes G8: last_skipped_at is kept). Otherwise only the newest
+    ScheduleSlotSkipped (last_skipped_at is kept). Otherwise only the newest
     slot is enqueued. Either way next_run_at moves past now.
     """
     now = at_ms(now)

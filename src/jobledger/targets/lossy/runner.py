@@ -7,10 +7,9 @@ rollback hands nothing over). A runner takes it from there:
 * `InProcessLossyRunner`: a bounded asyncio queue in this process. Full queue → the item
   is dropped. With `JOBS_WORKERS=off` there is no consumer on this pod, so items are
   dropped at hand-off.
-* `RedisLossyRunner` (targets/lossy_redis.py, when `lossy_redis_url` is set): XADD to a
+* `RedisLossyRunner` (targets/lossy/redis_stream.py, when `lossy_redis_url` is set): XADD to a
   Redis stream read by a consumer group, so any pod with workers on runs it, including
-  items handed over on a `JOBS_WORKERS=off` pod (closes G9: the consumer honours the
-  switch).
+  items handed over on a `JOBS_WORKERS=off` pod (the consumer honours the switch).
 
 Either way a handler runs at most once, inside `jobledger.core.context.job_context` (the
 enqueuer's trace, its actor opened `via: system`). Every drop is counted
@@ -27,14 +26,13 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from jobledger.config.settings import Settings
 from jobledger.core import context
 from jobledger.core.ids import new_id
 from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Job, NewJob, Stamp
 from jobledger.observability.logs import log_run_line
 from jobledger.observability.observe import RunRecord
-from jobledger.observability.tracing_spans import traced_run
+from jobledger.observability.tracing import traced_run
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
@@ -194,28 +192,3 @@ class InProcessLossyRunner(LossyRunner):
                 raise
             finally:
                 self._queue.task_done()
-
-
-def install_lossy(engine: Engine, settings: Settings | None = None) -> LossyRunner:
-    """Pick the runner for `settings` and hook it to `engine.lossy_handoff`.
-
-    The caller starts it (`await runner.start()`) with the other workers and stops it
-    on shutdown. With `settings.workers` False the consumer does not run; hand-off
-    still publishes to Redis, or drops (counted, logged) in-process.
-    """
-    settings = settings or engine.settings
-    runner: LossyRunner
-    if settings.lossy_redis_url:
-        # imported here: lossy_redis builds on this module's LossyRunner
-        from jobledger.targets.lossy_redis import RedisLossyRunner
-
-        runner = RedisLossyRunner(
-            engine,
-            settings.lossy_redis_url,
-            consume=settings.workers,
-            maxlen=settings.lossy_queue_size,
-        )
-    else:
-        runner = InProcessLossyRunner(engine, settings.lossy_queue_size, consume=settings.workers)
-    engine.lossy_handoff = runner.hand_off
-    return runner

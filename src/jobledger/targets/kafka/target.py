@@ -7,7 +7,7 @@
     await target.stop()
 
 The decisions (targets and modes, topic, record, error classes) are pure and live in
-`jobledger.targets.kafka_rules`; this module only owns the aiokafka producer:
+`jobledger.targets.kafka.rules`; this module only owns the aiokafka producer:
 
 * one long-lived `AIOKafkaProducer` per pod, created lazily and created again after a
   failure that may have left it with a dead connection or stale metadata;
@@ -39,9 +39,9 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 from jobledger.core import context
 from jobledger.domain.errors import ConfigError, DeadNow, TargetUnreachable
 from jobledger.domain.jobs import DeliveryMode, Job, Lane
-from jobledger.targets.kafka_append import Appender
-from jobledger.targets.kafka_record import InvalidRecord, Record, record_parts
-from jobledger.targets.kafka_rules import (
+from jobledger.targets.kafka.append import Appender
+from jobledger.targets.kafka.record import InvalidRecord, Record, record_parts
+from jobledger.targets.kafka.rules import (
     KafkaEvent,
     KafkaFailure,
     Phase,
@@ -205,7 +205,7 @@ class KafkaTarget:
 
     # --- the handler ---------------------------------------------------------------------
     async def __call__(self, job: Job) -> None:
-        """Send `job`; raise the handler signal of its failure class (reference §4)."""
+        """Send `job`; raise the handler signal of its failure class."""
         if not self.enabled:
             raise TargetUnreachable("kafka is disabled (kafka_enabled=off): nothing sent")
         overrides = self.topic_overrides

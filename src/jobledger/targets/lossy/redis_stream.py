@@ -1,6 +1,6 @@
 """The Redis lossy runner: hand-off XADDs to a stream, a consumer group runs each entry once.
 
-`install_lossy` (targets/lossy.py) picks this runner when `lossy_redis_url` is set. The
+`install_lossy` (targets/lossy/install.py) picks this runner when `lossy_redis_url` is set. The
 stream carries each lossy job as the JSON of `to_message`; `from_message` rebuilds the
 same `Job` with the pure `job_commands.enqueued`, so a handler cannot tell which pod enqueued it.
 """
@@ -23,7 +23,7 @@ from jobledger.domain.errors import UnknownTarget
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Job, NewJob
 from jobledger.domain.timeutil import iso, parse_iso
-from jobledger.targets.lossy import (
+from jobledger.targets.lossy.runner import (
     BAD_MESSAGE,
     CONSUMER_LOST,
     PUBLISH_FAILED,
@@ -87,7 +87,7 @@ def from_message(engine: Engine, text: str) -> Job:
 
 
 def default_consumer_name() -> str:
-    """hostname:pid:uuid8, like the reference's pod id."""
+    """hostname:pid:uuid8: unique per process, readable in `XINFO CONSUMERS`."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 

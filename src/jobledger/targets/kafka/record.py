@@ -1,9 +1,9 @@
-"""The Kafka record of a job, with no I/O (reference §7 "Kafka send details").
+"""The Kafka record of a job, with no I/O.
 
 Key = the job's key; value = compact JSON of the payload, exactly the bytes
 `json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)` writes
 (JSON.stringify's); headers `event_id` (the job id, overridden by the job's headers),
-`traceparent` and `trace_id`. `jobledger.targets.kafka_rules` holds the other decisions
+`traceparent` and `trace_id`. `jobledger.targets.kafka.rules` holds the other decisions
 (targets, topics, failure classes).
 """
 

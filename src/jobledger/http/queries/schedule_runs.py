@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.domain.errors import NotFound
 from jobledger.domain.events import Event, EventType
-from jobledger.domain.schedule_row import Schedule, schedule_stream
+from jobledger.domain.schedules.row import Schedule, schedule_stream
 from jobledger.domain.timeutil import iso
 from jobledger.storage.port import Store
 

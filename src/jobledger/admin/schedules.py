@@ -1,6 +1,6 @@
 """The admin's schedule commands: get, list, enable, disable, cron override.
 
-Each command reads the row, asks `jobledger.domain.schedules` (pure) for the change,
+Each command reads the row, asks `jobledger.domain.schedules.commands` (pure) for the change,
 and applies it with a compare-and-set on the schedule stream; a lost race reads again
 and rebuilds, up to CAS_RETRIES times. The scheduler's boot sync and slot records use
 the same `_write`.
@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 
 from jobledger.core import context
 from jobledger.core.clock import Clock
-from jobledger.domain import schedules as sched
 from jobledger.domain.errors import InvalidStatus, NotFound
 from jobledger.domain.events import Actor
 from jobledger.domain.jobs import Change, Stamp
-from jobledger.domain.schedule_row import Schedule
+from jobledger.domain.schedules import commands as sched
+from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.port import Store
 
 #: compare-and-set retries of one command before giving up (another writer keeps winning)

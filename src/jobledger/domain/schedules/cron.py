@@ -1,4 +1,4 @@
-"""Cron expressions: parse, validate, next slot — pure, in any IANA time zone (closes G11).
+"""Cron expressions: parse, validate, next slot — pure, in any IANA time zone.
 
 The reference had its own 5-field parser fixed at +07:00. jobledger reads the five
 standard fields with `cronsim` (already a runtime dependency)::

@@ -1,7 +1,7 @@
-"""The schedule row of the schedules read model (reference §3 `schedules`).
+"""The schedule row of the schedules read model.
 
-The schedule state machine and its events live in `domain/schedules.py`; this module
-only holds the row shape so the storage port can name it.
+The schedule state machine and its events live in `changes.py` beside this module; this
+module only holds the row shape so the storage port can name it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Schedule:
     cron: str  # owned by code: rewritten at every boot
     timezone: str  # owned by code
     missed_slot_policy: MissedSlotPolicy  # owned by code
-    runs_per_slot: int  # owned by code: total runs of one slot (reference `retry_count`, G7)
+    runs_per_slot: int  # owned by code: total runs of one slot (alias `retry_count`)
     enabled: bool  # owned by admins
     cron_override: str | None  # owned by admins
     next_run_at: datetime | None
@@ -41,7 +41,7 @@ class Schedule:
     stream_version: int
     last_hash: str
     #: when the latest slot run ended (ScheduleSlotRan / run-time ScheduleSlotSkipped);
-    #: tells a late slot whether the previous slot was still running (G8)
+    #: tells a late slot whether the previous slot was still running
     last_finished_at: datetime | None = None
 
     @property

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jobledger.domain import cron as cronlib
 from jobledger.domain.enqueue_rules import MAX_TEXT_BYTES
 from jobledger.domain.errors import InvalidArgument
-from jobledger.domain.schedule_row import MissedSlotPolicy
+from jobledger.domain.schedules import cron as cronlib
+from jobledger.domain.schedules.row import MissedSlotPolicy
 
 #: the longest schedule code: `<code>:<slot ISO, 24 characters>` is a slot job's dedupe
 #: key, which must fit enqueue's size limit like every other (the tick writes it directly)

@@ -1,5 +1,5 @@
 """Job admin commands: detail with history, retry, skip, cancel (the listing is
-`jobledger.http.listing`).
+`jobledger.http.queries.open_jobs`).
 
 Thin over the pure core: read the row, let `domain.jobs` decide (it raises
 InvalidStatus for a row in the wrong state), then `store.writes.apply` the change under its
@@ -122,7 +122,7 @@ class JobAdmin:
         await self._write(job_commands.skip(job, self._stamp()), job, "skip")
 
     async def cancel(self, job_id: str) -> None:
-        """PENDING and not in flight → gone (closes G2)."""
+        """PENDING and not in flight → gone (RUNNING and in-flight rows are refused)."""
         job = await self._row(job_id)
         await self._write(job_commands.cancel(job, self._stamp()), job, "cancel")
 

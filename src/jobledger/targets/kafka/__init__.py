@@ -1,0 +1,2 @@
+"""The Kafka target: pure rules (`rules`), the record (`record`), appends into aiokafka's
+accumulator (`append`) and the producer (`target`)."""
