@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from jobledger.admin.jobs import JobAdmin
 from jobledger.config.settings import Settings
@@ -43,7 +43,7 @@ from jobledger.core.handlers import PayloadType, no_handler, payload_type_of, ty
 from jobledger.core.registry import as_async, check_target_name, lane_and_mode
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import JobStatus, NewJob
-from jobledger.engine import Enqueued
+from jobledger.engine import Enqueued, EnqueueOptions
 from jobledger.pod import Pod, build
 from jobledger.storage.port import Store
 from jobledger.testing import Failures, Ran, TestRun, run_until_idle
@@ -333,32 +333,13 @@ class App:
         return list(await self.pod.engine.enqueue_many(items, tx=tx))
 
     def enqueue_sync(
-        self,
-        target: str,
-        payload: Any = None,
-        *,
-        tx: Any,
-        key: str | None = None,
-        version: int = 0,
-        dedupe_key: str | None = None,
-        run_at: datetime | timedelta | None = None,
-        headers: Mapping[str, str] | None = None,
-        code: str | None = None,
+        self, target: str, payload: Any = None, *, tx: Any, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """`enqueue` from sync code, on your sync connection in its transaction (a
         `sqlite3.Connection` or a psycopg `Connection`; `jobledger.integrations.sync`):
         a Flask view, a script, a thread. No event loop is needed; the app need not be
-        started (the workers run elsewhere)."""
-        item = self.pod.engine.new_job(
-            target,
-            payload,
-            key=key,
-            version=version,
-            dedupe_key=dedupe_key,
-            run_at=run_at,
-            headers=headers,
-            code=code,
-        )
+        started (the workers run elsewhere). Options as `enqueue`."""
+        item = self.pod.engine.new_job(target, payload, **options)
         return self.enqueue_many_sync([item], tx=tx)[0]
 
     def enqueue_many_sync(self, items: Sequence[NewJob], *, tx: Any) -> list[Enqueued]:

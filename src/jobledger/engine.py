@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from jobledger.config.settings import Settings
 from jobledger.core import context
@@ -113,30 +113,10 @@ class Engine:
         return self.store.writes.transaction()
 
     async def enqueue(
-        self,
-        target: str,
-        payload: Any = None,
-        *,
-        tx: Any,
-        key: str | None = None,
-        version: int = 0,
-        dedupe_key: str | None = None,
-        run_at: datetime | timedelta | None = None,
-        headers: Mapping[str, str] | None = None,
-        code: str | None = None,
+        self, target: str, payload: Any = None, *, tx: Any, **options: Unpack[EnqueueOptions]
     ) -> Enqueued:
         """`enqueue_many` of one item (options as `new_job`)."""
-        item = self.new_job(
-            target,
-            payload,
-            key=key,
-            version=version,
-            dedupe_key=dedupe_key,
-            run_at=run_at,
-            headers=headers,
-            code=code,
-        )
-        return (await self.enqueue_many([item], tx=tx))[0]
+        return (await self.enqueue_many([self.new_job(target, payload, **options)], tx=tx))[0]
 
     def new_job(
         self,
