@@ -84,7 +84,10 @@ def typed_value(hint: Any, data: Any) -> Any:
     if dataclasses.is_dataclass(hint):
         if not isinstance(data, dict):
             raise TypeError(f"expected an object, got {type(data).__name__}")
-        hints = typing.get_type_hints(hint)
+        try:
+            hints = typing.get_type_hints(hint)
+        except Exception:  # an annotation that does not resolve: the fields as they are
+            hints = {}
         return hint(**{k: typed_value(hints.get(k, Any), v) for k, v in data.items()})
     if issubclass(hint, enum.Enum):
         return hint(data)
