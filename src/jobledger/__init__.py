@@ -5,15 +5,50 @@
 Business code appends enqueue events inside its own database transaction; every
 job and schedule transition is an event in an append-only log; the queue and the
 admin read models are projections of that log.
+
+What an application needs is here: `App`, the records it gets back (`Job` for a
+handler, `Enqueued` from an enqueue, `Done` from `wait_done`), `NewJob` for
+`enqueue_many`, the errors an enqueue or an admin call raises (all `JobledgerError`),
+and the signals a handler raises to steer its outcome (`TargetUnreachable`,
+`TargetOutcomeUnknown`, `DeadNow`, `SkipRun`). Tests: `jobledger.testing`.
 """
 
-from jobledger.app import App
+from jobledger.app import App, Done
 from jobledger.domain.errors import (
+    ConfigError,
     DeadNow,
+    DuplicateTarget,
+    InvalidArgument,
+    InvalidPayload,
+    InvalidStatus,
     JobledgerError,
+    NotFound,
+    SkipRun,
     TargetOutcomeUnknown,
     TargetUnreachable,
+    UnknownTarget,
 )
+from jobledger.domain.jobs import Job, JobStatus, NewJob
+from jobledger.engine import Enqueued
 
-__all__ = ["App", "DeadNow", "JobledgerError", "TargetOutcomeUnknown", "TargetUnreachable"]
+__all__ = [
+    "App",
+    "ConfigError",
+    "DeadNow",
+    "Done",
+    "DuplicateTarget",
+    "Enqueued",
+    "InvalidArgument",
+    "InvalidPayload",
+    "InvalidStatus",
+    "Job",
+    "JobStatus",
+    "JobledgerError",
+    "NewJob",
+    "NotFound",
+    "SkipRun",
+    "TargetOutcomeUnknown",
+    "TargetUnreachable",
+    "UnknownTarget",
+]
 __version__ = "0.1.0"

@@ -14,6 +14,11 @@ scripts and tests all load the same way.
         async with app.transaction() as tx:
             await app.enqueue("mail:welcome", {"user": 7}, tx=tx)
 
+    app.enqueue_sync("mail:welcome", {"user": 7}, tx=conn)   # sync code, its connection
+
+    async with app.testing() as t:           # tests: memory store, FakeClock, same targets
+        ...
+
 Declarations are kept until the app starts (or `app.pod` is first used); then the pod
 (store, engine, scheduler, lanes, HTTP: jobledger/pod.py) is built from them. The store
 is the CLI's `--store` when given, else `App(store=...)`, else the settings'
@@ -25,24 +30,47 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
+from jobledger.admin.jobs import JobAdmin
 from jobledger.config.settings import Settings
-from jobledger.core.clock import Clock
+from jobledger.core.clock import Clock, FakeClock
 from jobledger.core.handlers import PayloadType, no_handler, payload_type_of, typed_handler
-from jobledger.core.registry import as_async, check_target_name
+from jobledger.core.registry import as_async, check_target_name, lane_and_mode
 from jobledger.domain.errors import ConfigError
-from jobledger.domain.jobs import JobStatus
-from jobledger.engine import Enqueued
+from jobledger.domain.jobs import JobStatus, NewJob
+from jobledger.engine import Enqueued, EnqueueOptions
 from jobledger.pod import Pod, build
 from jobledger.storage.port import Store
+from jobledger.testing import Failures, Ran, TestRun, run_until_idle
 
-__all__ = ["App", "Pod", "build"]
+__all__ = ["App", "Done", "Pod", "build"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Done:
+    """How the jobs `App.wait_done` waited for ended: job id → SUCCEEDED, SKIPPED,
+    CANCELLED, EXPIRED or DEAD (a DEAD job stays in the queue for an admin to retry)."""
+
+    statuses: dict[str, str]
+
+    @property
+    def dead(self) -> list[str]:
+        """The ids of the jobs that went DEAD."""
+        return [job_id for job_id, status in self.statuses.items() if status == "DEAD"]
+
+    @property
+    def status(self) -> str:
+        """The one job's final status (`wait_done` of a single job)."""
+        if len(self.statuses) != 1:
+            raise ValueError(f"{len(self.statuses)} jobs: read .statuses")
+        return next(iter(self.statuses.values()))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,6 +100,7 @@ class App:
         self._on_build: list[Callable[[Pod], Any]] = []
         self._pod: Pod | None = None
         self._pending: list[Any] = []  # awaitables the build hooks returned
+        self._testing = False  # inside `testing()`: its pod stands in for the app's
 
     # --- declaring ---------------------------------------------------------------------
     def target(
@@ -92,6 +121,8 @@ class App:
         handler receives the rebuilt object (and the job, if it takes a second
         parameter); without it, the handler receives the `Job`.
         """
+
+        lane_and_mode(name, lane, delivery_mode)  # a typo fails here, naming the valid values
 
         def decorate(fn: F) -> F:
             self._declare(
@@ -173,13 +204,17 @@ class App:
         pod = build(settings, store=store, url=url, clock=self.clock, pod_id=pod_id)
         self._install(pod)
         self._pod = pod
-        for hook in self._on_build:
-            result = hook(pod)
-            if inspect.isawaitable(result):
-                self._pending.append(result)
+        self._pending.extend(self._run_build_hooks(pod))
         return pod
 
-    def _install(self, pod: Pod) -> None:
+    def _run_build_hooks(self, pod: Pod) -> list[Any]:
+        """Call the `on_build` hooks; the awaitables they returned."""
+        results = [hook(pod) for hook in self._on_build]
+        return [result for result in results if inspect.isawaitable(result)]
+
+    def _install(self, pod: Pod, wrap: Callable[[Any], Any] | None = None) -> None:
+        """Register the declared targets and schedules on `pod` (each handler passed
+        through `wrap` when given: `testing()` watches what the handlers raise)."""
         targets = pod.engine.targets
         for t in self._targets.values():
             handler: Callable[..., Any] = t.handler or no_handler()
@@ -188,6 +223,8 @@ class App:
                 pod.engine.payload_types[t.name] = typed
                 if t.handler is not None:
                     handler = typed_handler(t.handler, typed)
+            if wrap is not None and t.handler is not None:
+                handler = wrap(as_async(handler))
             targets.register(
                 t.name, t.lane, handler, delivery_mode=t.delivery_mode, exclusive=t.exclusive
             )
@@ -240,18 +277,76 @@ class App:
         await self.stop()
 
     # --- enqueueing --------------------------------------------------------------------
+    def _started_pod(self, what: str) -> Pod:
+        pod = self.pod
+        if not pod._started:
+            raise ConfigError(
+                f"the app's store is not open: `async with app:` or `await app.start()`"
+                f" (workers=False to run no jobs) before {what}"
+            )
+        return pod
+
     def transaction(self) -> AbstractAsyncContextManager[Any]:
-        """A transaction on the store. `tx.native` is the store's own driver handle
-        (sync `sqlite3` on SQLite, async psycopg on PostgreSQL): store-specific code
-        only; portable and sync code enqueue on their own data layer's transaction
-        (`jobledger.integrations`, docs/sync-callers.md)."""
-        return self.pod.engine.transaction()
+        """A transaction on the store (the app must be started). `tx.native` is the
+        store's own driver handle (sync `sqlite3` on SQLite, async psycopg on
+        PostgreSQL): store-specific code only; portable and sync code enqueue on their
+        own data layer's transaction (`jobledger.integrations`, docs/sync-callers.md)."""
+        return self._started_pod("app.transaction()").engine.transaction()
 
     async def enqueue(
-        self, target: str, payload: Any = None, *, tx: Any, **options: Any
+        self,
+        target: str,
+        payload: Any = None,
+        *,
+        tx: Any,
+        key: str | None = None,
+        version: int = 0,
+        dedupe_key: str | None = None,
+        run_at: datetime | timedelta | None = None,
+        headers: Mapping[str, str] | None = None,
+        code: str | None = None,
     ) -> Enqueued:
-        """`Engine.enqueue`: append the job inside `tx` (yours or `app.transaction()`)."""
-        return await self.pod.engine.enqueue(target, payload, tx=tx, **options)
+        """Append the job inside `tx`: `app.transaction()`'s, or your own async
+        connection or session in a transaction (psycopg `AsyncConnection`, PyMongo
+        session; SQLAlchemy's through `jobledger.integrations.sqlalchemy`). It commits
+        with `tx` or not at all. `key` orders a target's jobs on the fast lane (by
+        `version`, then enqueue order); `dedupe_key` makes the call idempotent (a second
+        one writes nothing and returns the holder's id, `inserted` False); `run_at` is
+        an aware datetime or a `timedelta` from now; `headers` travel with the job;
+        `code` names it (the target by default). Sync code: `enqueue_sync`."""
+        engine = self.pod.engine
+        item = engine.new_job(
+            target,
+            payload,
+            key=key,
+            version=version,
+            dedupe_key=dedupe_key,
+            run_at=run_at,
+            headers=headers,
+            code=code,
+        )
+        return (await engine.enqueue_many([item], tx=tx))[0]
+
+    async def enqueue_many(self, items: Sequence[NewJob], *, tx: Any) -> list[Enqueued]:
+        """`enqueue` of several `jobledger.NewJob` items in one call (one statement on
+        the SQL stores); every item is checked before anything is written."""
+        return list(await self.pod.engine.enqueue_many(items, tx=tx))
+
+    def enqueue_sync(
+        self, target: str, payload: Any = None, *, tx: Any, **options: Unpack[EnqueueOptions]
+    ) -> Enqueued:
+        """`enqueue` from sync code, on your sync connection in its transaction (a
+        `sqlite3.Connection` or a psycopg `Connection`; `jobledger.integrations.sync`):
+        a Flask view, a script, a thread. No event loop is needed; the app need not be
+        started (the workers run elsewhere). Options as `enqueue`."""
+        item = self.pod.engine.new_job(target, payload, **options)
+        return self.enqueue_many_sync([item], tx=tx)[0]
+
+    def enqueue_many_sync(self, items: Sequence[NewJob], *, tx: Any) -> list[Enqueued]:
+        """`enqueue_many` from sync code, on your sync connection (`enqueue_sync`)."""
+        from jobledger.integrations import sync
+
+        return sync.enqueue_many(self, tx, items)
 
     async def next_version(self, key: str, *, tx: Any) -> int:
         """`Engine.next_version`: the next version of `key` inside `tx`, for
@@ -259,23 +354,73 @@ class App:
         processes."""
         return await self.pod.engine.next_version(key, tx=tx)
 
-    async def wait_done(self, *job_ids: str | None, timeout_s: float = 30.0) -> None:
-        """Wait until each job left the queue (done, skipped, cancelled) or is DEAD, for
-        scripts that enqueue and then watch the app's own workers deliver."""
+    async def cancel(self, job_id: str, *, tx: Any) -> None:
+        """Cancel a PENDING job inside `tx` (as `enqueue` takes it): it is gone when `tx`
+        commits, and still there if it rolls back. A job that is RUNNING, in flight or
+        finished is refused (InvalidStatus), as the admin cancel refuses it, and so is one
+        that changed since it was read (the store's compare-and-set)."""
+        pod = self.pod
+        await JobAdmin(pod.store, pod.engine.clock).cancel_in(job_id, tx=tx)
+
+    async def wait_done(self, *job_ids: str | None, timeout_s: float = 30.0) -> Done:
+        """Wait until each job left the queue (succeeded, skipped, cancelled) or went
+        DEAD, for scripts that enqueue and then watch the app's own workers deliver; how
+        each ended (`Done.status`, `Done.dead`). None ids (lossy items) are passed over;
+        an id no job has (one enqueued in a transaction that rolled back) raises
+        NotFound."""
         store = self.pod.store
-        deadline = asyncio.get_running_loop().time() + timeout_s
+        admin = JobAdmin(store, self.pod.engine.clock)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        statuses: dict[str, str] = {}
         for job_id in job_ids:
             while job_id is not None:
                 job = await store.admin.get_job(job_id)
-                if job is None or job.status == JobStatus.DEAD:
+                if job is None:
+                    statuses[job_id] = (await admin.detail(job_id)).status
                     break
-                if asyncio.get_running_loop().time() > deadline:
+                if job.status == JobStatus.DEAD:
+                    statuses[job_id] = "DEAD"
+                    break
+                if loop.time() > deadline:
                     raise TimeoutError(f"job {job_id} still {job.status.value} after {timeout_s}s")
                 await asyncio.sleep(0.05)
+        return Done(statuses)
 
-    async def run_until_idle(self, *, max_rounds: int = 1000) -> Any:
+    # --- tests -------------------------------------------------------------------------
+    @asynccontextmanager
+    async def testing(
+        self,
+        store: str | Store = "memory://",
+        *,
+        clock: Clock | None = None,
+        settings: Settings | None = None,
+    ) -> AsyncIterator[TestRun]:
+        """Run the block on a store and clock of its own (the memory store and a
+        `FakeClock` by default) with every declared target and schedule, started without
+        workers: `await t.run_until_idle()` runs what is due. The app's own pod is back
+        after the block (docs/testing.md)."""
+        if self._testing:
+            raise ConfigError("app.testing() is already open: one block at a time")
+        clock = clock or FakeClock()
+        url, own = (store, None) if isinstance(store, str) else (None, store)
+        pod = build(settings or self.settings or Settings(), store=own, url=url, clock=clock)
+        failures = Failures()
+        self._install(pod, failures.wrap)
+        pod._failures = failures  # type: ignore[attr-defined]
+        for pending in self._run_build_hooks(pod):
+            await pending
+        saved, self._pod, self._testing = self._pod, pod, True
+        try:
+            await pod.start(workers=False)
+            yield TestRun(self, pod, clock, failures)
+        finally:
+            try:
+                await pod.stop()
+            finally:
+                self._pod, self._testing = saved, False
+
+    async def run_until_idle(self, *, max_rounds: int = 1000) -> Ran:
         """Run every job (and schedule slot) due now, in this task, until nothing is
         due; for tests (docs/testing.md). See `jobledger.testing.run_until_idle`."""
-        from jobledger.testing import run_until_idle
-
         return await run_until_idle(self, max_rounds=max_rounds)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypedDict, Unpack
 
 from jobledger.config.settings import Settings
 from jobledger.core import context
@@ -24,7 +25,7 @@ from jobledger.core.handlers import PayloadType
 from jobledger.core.ids import new_id
 from jobledger.core.registry import TargetRegistry
 from jobledger.domain import job_commands
-from jobledger.domain.enqueue_rules import check_counter_key, check_new_job
+from jobledger.domain.enqueue_rules import check_counter_key, check_new_job, resolve_run_at
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import Change, Lane, NewJob, Stamp
 from jobledger.domain.policies import partition_of
@@ -52,6 +53,18 @@ class Enqueued:
 
 
 _NOT_ENQUEUED = Enqueued(None, False)
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of one enqueue, by name (`Engine.new_job`): what the sync, SQLAlchemy
+    and Django helpers take as keywords, so a type checker catches a misspelt one."""
+
+    key: str | None
+    version: int
+    dedupe_key: str | None
+    run_at: datetime | timedelta | None
+    headers: Mapping[str, str] | None
+    code: str | None
 
 
 @dataclass(slots=True)
@@ -100,20 +113,31 @@ class Engine:
         return self.store.writes.transaction()
 
     async def enqueue(
+        self, target: str, payload: Any = None, *, tx: Any, **options: Unpack[EnqueueOptions]
+    ) -> Enqueued:
+        """`enqueue_many` of one item (options as `new_job`)."""
+        return (await self.enqueue_many([self.new_job(target, payload, **options)], tx=tx))[0]
+
+    def new_job(
         self,
         target: str,
         payload: Any = None,
         *,
-        tx: Any,
-        code: str | None = None,
         key: str | None = None,
         version: int = 0,
         dedupe_key: str | None = None,
-        headers: dict[str, str] | None = None,
-        run_at: Any = None,
-    ) -> Enqueued:
-        item = NewJob(target, payload, code, key, version, dedupe_key, headers, run_at)
-        return (await self.enqueue_many([item], tx=tx))[0]
+        run_at: datetime | timedelta | None = None,
+        headers: Mapping[str, str] | None = None,
+        code: str | None = None,
+    ) -> NewJob:
+        """The item an enqueue of these options writes: `key` orders a target's jobs on
+        the fast lane (by `version`, then enqueue order); `dedupe_key` makes it idempotent;
+        `run_at` is an aware datetime or a `timedelta` from now (the engine's clock);
+        `headers` go with the job (Kafka record headers); `code` names the job (the
+        target by default: per-code max attempts, exclusive codes)."""
+        if run_at is not None:
+            run_at = resolve_run_at(run_at, self.clock.now())
+        return NewJob(target, payload, code, key, version, dedupe_key, headers, run_at)
 
     async def enqueue_many(self, items: Sequence[NewJob], *, tx: Any) -> list[Enqueued]:
         """Append one JobEnqueued per item inside the caller's transaction `tx`.
@@ -157,7 +181,7 @@ class Engine:
                 typed = self.payload_types.get(item.target)
                 if typed is not None:
                     item = dataclasses.replace(item, payload=typed.encode(item.payload))
-            check_new_job(item, max_payload_bytes)
+            item = check_new_job(item, max_payload_bytes)
             if target.lossy:
                 lossy.append((index, item))
                 continue

@@ -1,5 +1,5 @@
 """Every `python`, `bash` and `sh` block in README.md and docs/*.md runs as a user would
-run it, or says why it cannot (issue 20 item 1).
+run it, or says why it cannot.
 
 A block may be preceded by one marker comment:
 
@@ -7,6 +7,8 @@ A block may be preceded by one marker comment:
                                       shell blocks with `bash -e`, in a fresh directory
     <!-- example: file NAME -->       write it to NAME in that directory for later blocks
     <!-- example: skip REASON -->     do not run it; REASON says why (reported as the skip)
+    <!-- example: postgres -->        run it with DATABASE_URL naming a database of its own
+                                      on the tests' PostgreSQL server (skipped without one)
     <!-- expect: TEXT -->             the run's output must contain TEXT
 
 The blocks of one document share their files: each run block starts in a new
@@ -22,6 +24,9 @@ import os
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +122,34 @@ def run_block(block: Block, cwd: Path, **extra_env: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """A `postgresql://` URL of a new database on the tests' server, dropped afterwards;
+    skips the test when the server is not reachable."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    from tests.factories.postgres import dsn
+
+    server = dsn()
+    try:
+        admin = psycopg.connect(server, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL not reachable at {server}: {exc}")
+    name = f"jl_docs_{uuid.uuid4().hex[:10]}"
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    info = conninfo_to_dict(server)
+    try:
+        yield (
+            f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}"
+            f":{info.get('port', 5432)}/{name}"
+        )
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def test_the_docs_have_runnable_examples() -> None:
     """The collector finds the README's example (a parser that saw nothing would pass
     every test below vacuously)."""
@@ -127,7 +160,7 @@ def test_the_docs_have_runnable_examples() -> None:
 
 @pytest.mark.parametrize("block", ALL, ids=[b.id for b in ALL])
 def test_example(block: Block, tmp_path: Path) -> None:
-    assert block.mode in ("run", "file", "skip"), f"{block.id}: unknown mode {block.mode!r}"
+    assert block.mode in ("run", "file", "skip", "postgres"), f"{block.id}: unknown mode"
     if block.mode == "skip":
         assert block.argument, f"{block.id}: a skipped example must say why"
         pytest.skip(block.argument)
@@ -140,8 +173,16 @@ def test_example(block: Block, tmp_path: Path) -> None:
             break
         if earlier.mode == "file":
             (tmp_path / earlier.argument).write_text(earlier.code, encoding="utf-8")
+    with ExitStack() as stack:
+        env = {}
+        if block.mode == "postgres":
+            env["DATABASE_URL"] = stack.enter_context(fresh_database())
+        _run_twice(block, tmp_path, env)
+
+
+def _run_twice(block: Block, tmp_path: Path, env: dict[str, str]) -> None:
     for run in (1, 2):
-        returncode, output = run_block(block, tmp_path)
+        returncode, output = run_block(block, tmp_path, **env)
         assert returncode == 0, f"{block.id} run {run} failed ({returncode}):\n{output}"
         assert "Traceback" not in output, f"{block.id} run {run}:\n{output}"
         for text in block.expect:

@@ -147,3 +147,31 @@ async def _started(kit: SyncKit) -> AsyncIterator[None]:
         yield
     finally:
         await kit.app.stop()
+
+
+def configure_django() -> None:
+    """Django's settings for the tests (once a process): `default` a SQLite database a
+    test points at its own file, `pg` the tests' PostgreSQL database."""
+    import django
+    from django.conf import settings
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from tests.factories.postgres import TEST_DATABASE, dsn
+
+    if settings.configured:
+        return
+    pg = conninfo_to_dict(make_conninfo(dsn(), dbname=TEST_DATABASE))
+    settings.configure(
+        DATABASES={
+            "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+            "pg": {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": pg["dbname"],
+                "USER": pg.get("user", "postgres"),
+                "HOST": pg.get("host", "127.0.0.1"),
+                "PORT": pg.get("port", "5432"),
+            },
+        },
+        USE_TZ=True,
+    )
+    django.setup()

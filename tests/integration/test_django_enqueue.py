@@ -10,18 +10,21 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
-import django
 import pytest
-from django.conf import settings
 from django.db import connections, transaction
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from jobledger.domain.errors import InvalidArgument
 from jobledger.engine import Enqueued
 from jobledger.integrations import django as jobs
 from jobledger.observability.observe import Observer
-from tests.factories.postgres import TEST_DATABASE, dsn
-from tests.integration.sync_kit import FAST, LONG, SyncKit, each_refused, running
+from tests.integration.sync_kit import (
+    FAST,
+    LONG,
+    SyncKit,
+    configure_django,
+    each_refused,
+    running,
+)
 
 T = TypeVar("T")
 
@@ -30,29 +33,9 @@ class Boom(Exception):
     pass
 
 
-def _configure() -> None:
-    if settings.configured:
-        return
-    pg = conninfo_to_dict(make_conninfo(dsn(), dbname=TEST_DATABASE))
-    settings.configure(
-        DATABASES={
-            "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
-            "pg": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": pg["dbname"],
-                "USER": pg.get("user", "postgres"),
-                "HOST": pg.get("host", "127.0.0.1"),
-                "PORT": pg.get("port", "5432"),
-            },
-        },
-        USE_TZ=True,
-    )
-    django.setup()
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 async def kit(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SyncKit]:
-    _configure()
+    configure_django()
     async with running(request.param, tmp_path) as started:
         if started.name == "sqlite":
             connections.settings["default"]["NAME"] = str(tmp_path / "shop.db")

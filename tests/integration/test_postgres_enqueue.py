@@ -174,8 +174,11 @@ async def test_a_rolled_back_large_batch_leaves_nothing(
 async def test_a_large_batch_outside_a_transaction_block_is_one_statement(
     pg: PostgresStore, clock: FakeClock
 ) -> None:
-    async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+    # not in a transaction block yet (an autocommit connection there is refused): the
+    # statement opens it, and the caller commits
+    async with await psycopg.AsyncConnection.connect(pg.dsn) as conn:
         assert await pg.writes.append_in(conn, batch(clock, "d")) == [True] * COPY_FROM
+        await conn.commit()
     assert len(await all_jobs(pg)) == COPY_FROM
 
 

@@ -27,6 +27,7 @@ async def test_a_plain_def_handler_runs_once_in_a_thread() -> None:
     def send(job: Job) -> None:
         threads.append(threading.get_ident())
 
+    await app.start(workers=False)
     async with app.transaction() as tx:
         await app.enqueue("mail:x", {"a": 1}, tx=tx)
     ran = await app.run_until_idle()
@@ -43,6 +44,7 @@ async def test_engine_register_accepts_a_lambda_around_an_async_call() -> None:
         seen.append(job.payload)
 
     app.pod.engine.targets.register("t", "long", lambda job: record(job))
+    await app.start(workers=False)
     async with app.transaction() as tx:
         await app.enqueue("t", {"n": 1}, tx=tx)
     assert (await app.run_until_idle()).ok == 1
@@ -58,6 +60,7 @@ async def test_a_typed_payload_is_checked_at_enqueue_and_rebuilt_for_the_handler
     async def push(order: Order, job: Job) -> None:
         got.append((order, job.attempts))
 
+    await app.start(workers=False)
     async with app.transaction() as tx:
         await app.enqueue("erp:order", Order("A1", 250), tx=tx)
         await app.enqueue("erp:order", {"no": "A2", "cents": 5}, tx=tx)
@@ -79,6 +82,7 @@ async def test_a_failed_run_waits_for_the_clock_then_runs_again() -> None:
         if job.attempts == 0:
             raise RuntimeError("down")
 
+    await app.start(workers=False)
     async with app.transaction() as tx:
         await app.enqueue("flaky", None, tx=tx)
     first = await app.run_until_idle()

@@ -50,10 +50,10 @@ def test_run_line_has_the_reference_fields(caplog: pytest.LogCaptureFixture) -> 
     ok, failed = caplog.records
     assert ok.getMessage() == (
         "job run code=order_update target=kafka:orders dedupe_key=order_update:o-1:1"
-        " attempts=0 duration_ms=12.3 result=ok"
+        f" attempts=0 duration_ms=12.3 result=ok job_id={job.id}"
     )
     assert ok.levelno == logging.INFO and failed.levelno == logging.WARNING
-    assert failed.getMessage().endswith("result=failed error=HTTP 500")
+    assert failed.getMessage().endswith(f"result=failed job_id={job.id} error=HTTP 500")
     fields = vars(ok)
     assert (fields["code"], fields["target"], fields["attempts"], fields["result"]) == (
         "order_update", "kafka:orders", 0, "ok",

@@ -9,15 +9,19 @@ from typing import Any
 
 import bson
 import pytest
+from hypothesis import given, settings
 
+from jobledger.core.handlers import PayloadType
 from jobledger.domain import job_commands, jobs
-from jobledger.domain.jobs import JobStatus, Lane
+from jobledger.domain.enqueue_rules import check_new_job, plain_payload
+from jobledger.domain.jobs import JobStatus, Lane, NewJob
 from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.mongodb import indexes as ix
 from jobledger.storage.mongodb import watch
 from jobledger.storage.mongodb.codec import CODEC
 from jobledger.storage.port import JobFilter
+from tests.contract.writes.test_payload_codec import ORDERS, PAYLOADS, Order
 from tests.unit.test_mongodb_builders import NOW, STAMP, _new
 
 
@@ -184,3 +188,36 @@ def test_codec_gives_utc_whatever_the_clients_timezone() -> None:
     assert bson.decode(naive_client_doc, codec_options=CODEC)["at"] == datetime(
         2026, 1, 1, 12, 0, tzinfo=UTC
     )
+
+
+# --- the payload codec through BSON ------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(payload=PAYLOADS, order=ORDERS)
+def test_a_payload_of_standard_types_survives_bson_and_comes_back_typed(
+    payload: Any, order: Order
+) -> None:
+    """What the MongoDB store writes for a payload of standard types (the codec's JSON,
+    in the job document and the event) reads back as that JSON, and as the typed
+    payload for a target that declares it: the contract suite's check, without a
+    server (tests/contract/writes/test_payload_codec.py)."""
+    typed = PayloadType(Order)
+    for value, expected in ((payload, payload), (typed.encode(order), order)):
+        item = check_new_job(NewJob("kafka:t", value, key="k"), 1 << 20)
+        change = job_commands.enqueued(
+            job_id="0" * 31 + "1",
+            spec=item,
+            code="c",
+            lane=Lane.FAST,
+            partition=0,
+            dedupe_key="d",
+            stamp=STAMP,
+            traceparent=None,
+        )
+        row = b.job_from_doc(_round_trip(b.job_doc(change.row)))
+        event = b.event_from_doc(_round_trip(b.event_doc(change.events[0])))
+        assert row.payload == _plain(plain_payload("kafka:t", value))
+        assert event.data["payload"] == row.payload
+        if expected is order:
+            assert typed.decode(row.payload) == order

@@ -5,6 +5,7 @@ the write path's round trips (on a recording fake: no server runs here)."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -15,7 +16,7 @@ from pymongo.read_concern import ReadConcern
 
 from jobledger.config.load import load_settings
 from jobledger.domain import job_commands, jobs
-from jobledger.domain.errors import ConfigError
+from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.jobs import Lane, NewJob
 from jobledger.domain.policies import partition_of
 from jobledger.engine import Engine
@@ -299,3 +300,30 @@ async def test_new_rows_are_written_before_a_later_change_reads_or_updates_rows(
             [b.event_id(e.stream, e.version) for c in changes for e in c.events],
         ),
     ]
+
+
+# --- the caller's session: one transaction rule ----------------------------------------
+
+
+async def test_a_session_outside_a_transaction_is_refused_before_any_write() -> None:
+    """As a psycopg connection in autocommit is on PostgreSQL: the job would commit on its
+    own. No server runs here, so a write that went out would fail on server selection
+    instead of the refusal."""
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(_url(), connect=False)
+    store = MongoStore(client=client, database="app")
+    engine = Engine(store)
+    engine.targets.register("t", "long", lambda job: None)
+    session = client.start_session()
+    other = sqlite3.connect(":memory:")
+    try:
+        with pytest.raises(InvalidArgument, match="start_transaction") as refused:
+            await engine.enqueue("t", {"n": 1}, tx=session)
+        assert "\n" not in str(refused.value)
+        with pytest.raises(InvalidArgument, match="inside a transaction"):
+            await engine.next_version("k", tx=session)
+        with pytest.raises(TypeError, match="sqlite3 connection enqueues into a SQLite store"):
+            await engine.enqueue("t", None, tx=other)
+    finally:
+        other.close()
+        await session.end_session()
+        await client.close()

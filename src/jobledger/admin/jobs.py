@@ -126,6 +126,19 @@ class JobAdmin:
         job = await self._row(job_id)
         await self._write(job_commands.cancel(job, self._stamp()), job, "cancel")
 
+    async def cancel_in(self, job_id: str, *, tx: Any) -> None:
+        """`cancel` inside the caller's transaction `tx` (what `enqueue` takes): the
+        JobCancelled goes in with the caller's writes, under the same compare-and-set, and
+        is gone with them on a rollback. The row is read as committed; a change that
+        loses (the row moved meanwhile) raises InvalidStatus and writes nothing, so the
+        caller's transaction stays usable."""
+        job = await self._row(job_id)
+        (applied,) = await self.store.writes.append_in(
+            tx, [job_commands.cancel(job, self._stamp())]
+        )
+        if not applied:
+            raise InvalidStatus(f"cannot cancel job {job.id}: it changed meanwhile, try again")
+
     async def dead_count(self, flt: JobFilter, *, at_most: int) -> int:
         """DEAD rows matching `flt` (its status aside), counted up to `at_most`."""
         dead = replace(flt, status=JobStatus.DEAD)

@@ -6,15 +6,25 @@
   validated at enqueue (`PayloadType.encode`: the object or a dict becomes plain JSON
   data, or `InvalidArgument` names what is wrong) and rebuilt for the handler
   (`PayloadType.decode`). The handler then receives `(payload)` or `(payload, job)`.
+  A dataclass's fields get back the types the payload codec wrote as JSON
+  (`domain.enqueue_rules.plain_payload`): `datetime`, `date`, `time` from ISO-8601,
+  `Decimal` and `UUID` from text, an `Enum` from its value, nested dataclasses, and
+  lists, tuples and dicts of them, as the field annotations say.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import inspect
+import types
 import typing
+import uuid
+from collections import abc
 from collections.abc import Awaitable, Callable
+from datetime import date, datetime, time
+from decimal import Decimal
 from typing import Any
 
 from jobledger.core.registry import is_async_handler
@@ -39,9 +49,7 @@ class PayloadType:
         try:
             if self.pydantic:
                 return self.cls.model_validate(data)
-            if not isinstance(data, dict):
-                raise TypeError(f"expected an object, got {type(data).__name__}")
-            return self.cls(**data)
+            return typed_value(self.cls, data)
         except Exception as exc:
             raise InvalidArgument(
                 f"payload does not fit {self.cls.__name__}: {_first_line(exc)}"
@@ -54,6 +62,83 @@ class PayloadType:
         if self.pydantic:
             return value.model_dump(mode="json")
         return dataclasses.asdict(value)
+
+
+def typed_value(hint: Any, data: Any) -> Any:
+    """`data` (JSON data) rebuilt as the annotation `hint` says: the inverse of the
+    payload codec for the types it writes; other annotations take `data` as it is."""
+    if data is None or hint is Any:
+        return data
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return _first_fit([a for a in args if a is not type(None)], data)
+    if origin in (list, set, frozenset, tuple, abc.Sequence, abc.Set):
+        items = [typed_value(_item_hint(args, i), v) for i, v in enumerate(_listed(data))]
+        return _COLLECTIONS.get(origin, list)(items)
+    if origin in (dict, abc.Mapping) and isinstance(data, dict):
+        value_hint = args[1] if len(args) == 2 else Any
+        return {k: typed_value(value_hint, v) for k, v in data.items()}
+    if not isinstance(hint, type):
+        return data
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
+        try:
+            hints = typing.get_type_hints(hint)
+        except Exception:  # an annotation that does not resolve: the fields as they are
+            hints = {}
+        return hint(**{k: typed_value(hints.get(k, Any), v) for k, v in data.items()})
+    if issubclass(hint, enum.Enum):
+        return hint(data)
+    parse = _PARSERS.get(hint)
+    if parse is not None and isinstance(data, str):
+        return parse(data)
+    return data
+
+
+#: how a list of JSON data becomes the collection an annotation names
+_COLLECTIONS: dict[Any, Callable[[list[Any]], Any]] = {
+    tuple: tuple,
+    set: set,
+    frozenset: frozenset,
+    abc.Set: frozenset,
+}
+
+#: the types the codec writes as text, and how the text is read back (datetime before date:
+#: a datetime is a date)
+_PARSERS: dict[type[Any], Callable[[str], Any]] = {
+    datetime: datetime.fromisoformat,
+    date: date.fromisoformat,
+    time: time.fromisoformat,
+    Decimal: Decimal,
+    uuid.UUID: uuid.UUID,
+}
+
+
+def _first_fit(hints: list[Any], data: Any) -> Any:
+    """`data` as the first of a union's members it fits (`data` itself when none does)."""
+    for hint in hints:
+        try:
+            return typed_value(hint, data)
+        except (TypeError, ValueError, ArithmeticError):
+            continue
+    return data
+
+
+def _listed(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        raise TypeError(f"expected a list, got {type(data).__name__}")
+    return data
+
+
+def _item_hint(args: tuple[Any, ...], index: int) -> Any:
+    """The annotation of item `index` of a list, set or tuple annotated with `args`."""
+    if not args:
+        return Any
+    if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]
+        return args[0]
+    return args[index] if index < len(args) else args[-1]
 
 
 def _first_line(exc: Exception) -> str:

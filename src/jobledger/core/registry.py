@@ -1,4 +1,4 @@
-"""The in-process target registry (reference §4 `JobTargetsRegistry`).
+"""The in-process target registry: target name → lane, handler, delivery mode.
 
 A handler is an `async def` (or an object with an `async def __call__`). A plain `def`
 is accepted too and runs in a worker thread (`asyncio.to_thread`), so a blocking call
@@ -68,6 +68,31 @@ def check_target_name(name: object) -> None:
     check_text("target", name)
 
 
+def lane_and_mode(
+    name: str, lane: Lane | str, delivery_mode: DeliveryMode | str
+) -> tuple[Lane, DeliveryMode]:
+    """`lane` and `delivery_mode` as their enums, or InvalidArgument naming the target and
+    the values that are valid."""
+    try:
+        checked_lane = Lane(lane)
+    except ValueError:
+        raise InvalidArgument(
+            f"target {name!r}: lane {lane!r} is not one of {_choices(Lane)}"
+        ) from None
+    try:
+        mode = DeliveryMode(delivery_mode)
+    except ValueError:
+        raise InvalidArgument(
+            f"target {name!r}: delivery_mode {delivery_mode!r} is not one of"
+            f" {_choices(DeliveryMode)}"
+        ) from None
+    return checked_lane, mode
+
+
+def _choices(kind: type[Lane] | type[DeliveryMode]) -> str:
+    return ", ".join(repr(member.value) for member in kind)
+
+
 class TargetRegistry:
     def __init__(self, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self._targets: dict[str, Target] = {}
@@ -87,12 +112,8 @@ class TargetRegistry:
         check_target_name(name)
         if name in self._targets:
             raise DuplicateTarget(f"target {name!r} is already registered")
-        try:
-            target = Target(
-                name, Lane(lane), as_async(handler), DeliveryMode(delivery_mode), exclusive, lossy
-            )
-        except ValueError as exc:
-            raise InvalidArgument(str(exc)) from exc
+        checked_lane, mode = lane_and_mode(name, lane, delivery_mode)
+        target = Target(name, checked_lane, as_async(handler), mode, exclusive, lossy)
         self._targets[name] = target
         return target
 

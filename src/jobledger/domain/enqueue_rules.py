@@ -21,14 +21,27 @@ holds every key, dedupe key and code the engine makes (`<code>:<slot>`, uuids) w
 An empty `key` is refused too: the empty string is a key like any other, so it chained
 every keyless-looking job of a partition together (a failing one held the others). A job
 without an ordering key passes no key (None).
+
+The payload codec (`plain_payload`, decisions D67): a payload is stored as JSON data, and
+a few standard types are written as JSON before the checks, the same way for every
+store: `datetime`, `date` and `time` as ISO-8601 text, `Decimal` and `UUID` as text, an
+`Enum` as its value, a dataclass or a pydantic model as an object of its fields, a tuple
+as a list. Anything else (a set, bytes, an arbitrary object) is refused with a message
+that lists what is accepted. A payload that was plain JSON already is not touched, so its
+event data and hash are byte for byte what they were. A target that declares its payload
+type gets these values back typed (`core.handlers.PayloadType`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import re
+import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -50,14 +63,35 @@ MAX_TEXT_BYTES = 512
 MAX_HEADERS = 32
 
 
-def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
+#: what a payload may hold, for the refusal's message
+ACCEPTED = (
+    "JSON values (dict with str keys, list, str, int, float, bool, None), datetime, date,"
+    " time, Decimal, UUID, Enum, tuples, dataclasses and pydantic models"
+)
+
+
+def check_new_job(item: NewJob, max_payload_bytes: int) -> NewJob:
     """Raise InvalidArgument or InvalidPayload, naming the problem, for an item that
-    cannot be enqueued (the target's existence is the registry's to check)."""
+    cannot be enqueued (the target's existence is the registry's to check). Returns the
+    item, with its payload as JSON data when it held standard types (`plain_payload`);
+    the very item when it did not."""
     if not _plain_fields(item):  # the common item passes one cheap test
         _check_fields(item)
     try:
         body = _PAYLOAD_JSON.encode(item.payload)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except TypeError:  # a standard type the codec writes as JSON, or a refusal
+        item = NewJob(
+            item.target,
+            plain_payload(item.target, item.payload),
+            item.code,
+            item.key,
+            item.version,
+            item.dedupe_key,
+            item.headers,
+            item.run_at,
+        )
+        body = _payload_text(item)
+    except (ValueError, RecursionError) as exc:
         raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
     size = len(body)  # ASCII (ensure_ascii): as many bytes as characters
     if size > max_payload_bytes:
@@ -69,6 +103,61 @@ def check_new_job(item: NewJob, max_payload_bytes: int) -> None:
         problem = _unstorable(item.payload)
         if problem is not None:
             raise InvalidPayload(f"payload for {item.target!r}: {problem}")
+    return item
+
+
+def _payload_text(item: NewJob) -> str:
+    try:
+        return _PAYLOAD_JSON.encode(item.payload)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidPayload(f"payload for {item.target!r} is not JSON: {exc}") from exc
+
+
+def plain_payload(target: str, value: Any) -> Any:
+    """`value` as JSON data: the standard types written as the codec writes them (ISO-8601
+    times, Decimal and UUID as text, an Enum's value, a dataclass's or pydantic model's
+    fields); InvalidPayload naming the first value of another type and what is accepted."""
+    try:
+        return _plain(value, 0)
+    except _Unplain as exc:
+        raise InvalidPayload(
+            f"payload for {target!r} is not JSON: {exc.args[0]}; a payload holds {ACCEPTED}"
+        ) from None
+
+
+class _Unplain(Exception):
+    """A value the codec does not write (its description in args[0])."""
+
+
+#: nesting deeper than this is refused as the encoder refuses a cycle
+_MAX_DEPTH = 500
+
+
+def _plain(value: Any, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise _Unplain(f"values nested over {_MAX_DEPTH} levels deep (a cycle?)")
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        if isinstance(value, enum.Enum):
+            return _plain(value.value, depth + 1)
+        return value
+    if isinstance(value, dict):
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return _plain(value.value, depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _plain(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)
+        }
+    dump = getattr(value, "model_dump", None)
+    if dump is not None and not isinstance(value, type):  # a pydantic model
+        return _plain(dump(mode="json"), depth + 1)
+    raise _Unplain(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def check_text(name: str, text: str) -> None:
@@ -153,8 +242,23 @@ def _check_fields(item: NewJob) -> None:
 
 
 def _check_run_at(run_at: Any) -> None:
-    if run_at is not None and not (isinstance(run_at, datetime) and run_at.utcoffset() is not None):
-        raise InvalidArgument("run_at must be a timezone-aware datetime (or None)")
+    if run_at is None or (isinstance(run_at, datetime) and run_at.utcoffset() is not None):
+        return
+    if isinstance(run_at, datetime):
+        raise InvalidArgument(
+            "run_at is a naive datetime: give it a time zone (`datetime.now(UTC) + ...`), or"
+            " pass a timedelta for a delay"
+        )
+    raise InvalidArgument(
+        f"run_at must be a timezone-aware datetime, a timedelta or None, not"
+        f" {type(run_at).__name__}"
+    )
+
+
+def resolve_run_at(run_at: datetime | timedelta | None, now: datetime) -> datetime | None:
+    """A job's `run_at`: a `timedelta` is a delay from `now`; anything else is kept (and
+    checked by `check_new_job`)."""
+    return now + run_at if isinstance(run_at, timedelta) else run_at
 
 
 def _lone_surrogate(text: str) -> bool:

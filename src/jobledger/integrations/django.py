@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from django.db import connections, transaction
 
 from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import NewJob
-from jobledger.engine import Engine, Enqueued
+from jobledger.engine import Engine, Enqueued, EnqueueOptions
 from jobledger.integrations import sync
 from jobledger.storage.port import Transaction, run_after_commit
 
@@ -33,10 +33,11 @@ def enqueue(
     payload: Any = None,
     *,
     using: str = "default",
-    **options: Any,
+    **options: Unpack[EnqueueOptions],
 ) -> Enqueued:
     """`sync.enqueue` on Django's connection `using` (options as `App.enqueue`)."""
-    return enqueue_many(app, [NewJob(target, payload, **options)], using=using)[0]
+    item = sync.engine_of(app).new_job(target, payload, **options)
+    return enqueue_many(app, [item], using=using)[0]
 
 
 def enqueue_many(

@@ -1,26 +1,35 @@
-"""Enqueue inside a (sync) SQLAlchemy `Session`'s or `Connection`'s transaction
-(docs/sync-callers.md).
+"""Enqueue inside a SQLAlchemy `Session`'s or `Connection`'s transaction, sync or
+async (docs/sync-callers.md, docs/frameworks.md).
 
     with Session(engine) as session, session.begin():
         session.add(User(name="ada"))
         jobs.enqueue(app, session, "mail:welcome", {"user": "ada"})
 
-The job is written with the driver connection under the session (`sqlite3` for
-`sqlite://`, psycopg 3 for `postgresql+psycopg://`) by `jobledger.integrations.sync`,
-so it commits and rolls back with the session's transaction.
+    async with AsyncSession(engine) as session, session.begin():
+        session.add(User(name="ada"))
+        await jobs.enqueue_async(app, session, "mail:welcome", {"user": "ada"})
+
+The job is written with the driver connection under the session, so it commits and
+rolls back with the session's transaction: sync, `sqlite3` for `sqlite://` and psycopg 3
+for `postgresql+psycopg://`, through `jobledger.integrations.sync`; async, psycopg 3's
+`AsyncConnection` for `postgresql+psycopg://`, through `App.enqueue`. An async SQLite
+engine (aiosqlite) is refused: its connection lives in a thread of aiosqlite's own that
+the store's write path cannot run in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
+from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.jobs import NewJob
-from jobledger.engine import Engine, Enqueued
+from jobledger.engine import Engine, Enqueued, EnqueueOptions
 from jobledger.integrations import sync
 from jobledger.storage.port import Transaction, run_after_commit
 
@@ -30,10 +39,10 @@ def enqueue(
     bind: Session | Connection,
     target: str,
     payload: Any = None,
-    **options: Any,
+    **options: Unpack[EnqueueOptions],
 ) -> Enqueued:
     """`sync.enqueue` inside `bind`'s transaction (options as `App.enqueue`)."""
-    return enqueue_many(app, bind, [NewJob(target, payload, **options)])[0]
+    return enqueue_many(app, bind, [sync.engine_of(app).new_job(target, payload, **options)])[0]
 
 
 def enqueue_many(
@@ -56,6 +65,67 @@ def next_version(app: sync.HasEngine | Engine, bind: Session | Connection, key: 
     """`sync.next_version` inside `bind`'s transaction: pass it as `version=` to an
     enqueue in the same transaction to order a key's jobs in commit order."""
     return sync.next_version(app, driver_connection(bind), key)
+
+
+async def enqueue_async(
+    app: sync.HasEngine | Engine,
+    bind: AsyncSession | AsyncConnection,
+    target: str,
+    payload: Any = None,
+    **options: Unpack[EnqueueOptions],
+) -> Enqueued:
+    """`App.enqueue` inside an `AsyncSession`'s or `AsyncConnection`'s transaction
+    (options as `App.enqueue`)."""
+    item = sync.engine_of(app).new_job(target, payload, **options)
+    return (await enqueue_many_async(app, bind, [item]))[0]
+
+
+async def enqueue_many_async(
+    app: sync.HasEngine | Engine, bind: AsyncSession | AsyncConnection, items: Sequence[NewJob]
+) -> list[Enqueued]:
+    """`enqueue_many` for async code: as on a sync `Session`, what runs after the commit
+    waits for an `AsyncSession`'s commit and is dropped by its rollback."""
+    engine = sync.engine_of(app)
+    conn = await async_driver_connection(bind)
+    if not isinstance(bind, AsyncSession):
+        return list(await engine.enqueue_many(items, tx=conn))
+    tx = Transaction(conn)
+    results = await engine.enqueue_many(items, tx=tx)
+    if tx.hooks:
+        _after_commit(bind.sync_session, tx)
+    return list(results)
+
+
+async def next_version_async(
+    app: sync.HasEngine | Engine, bind: AsyncSession | AsyncConnection, key: str
+) -> int:
+    """`App.next_version` inside an `AsyncSession`'s or `AsyncConnection`'s transaction."""
+    return int(await sync.engine_of(app).next_version(key, tx=await async_driver_connection(bind)))
+
+
+async def async_driver_connection(bind: AsyncSession | AsyncConnection) -> Any:
+    """The driver's async connection under `bind`, with `bind`'s transaction begun (as
+    `driver_connection` does for sync binds): psycopg's `AsyncConnection`. An aiosqlite
+    connection is refused (InvalidArgument), before anything is written."""
+    if isinstance(bind, AsyncSession):
+        connection = await bind.connection()
+    elif isinstance(bind, AsyncConnection):
+        connection = bind
+        if not connection.in_transaction():
+            await connection.begin()
+    else:
+        raise TypeError(
+            f"an AsyncSession or AsyncConnection, not {type(bind).__name__}"
+            " (a sync Session or Connection: jobledger.integrations.sqlalchemy.enqueue)"
+        )
+    raw = await connection.get_raw_connection()
+    driver = raw.driver_connection
+    if type(driver).__module__.partition(".")[0] == "aiosqlite":
+        raise InvalidArgument(
+            "an async SQLite engine (aiosqlite) cannot enqueue: its connection runs in"
+            " aiosqlite's own thread; use a sync Session (jobs.enqueue) or app.transaction()"
+        )
+    return driver
 
 
 _PENDING = "jobledger.after_commit"  # session.info: [(SessionTransaction, Transaction)]

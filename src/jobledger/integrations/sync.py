@@ -18,19 +18,24 @@ file, the same PostgreSQL database (the store's schema is named in every stateme
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, Unpack
 
 from jobledger.domain.enqueue_rules import check_counter_key
 from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.jobs import Change, NewJob
-from jobledger.engine import Engine, Enqueued
+from jobledger.engine import Engine, Enqueued, EnqueueOptions
 from jobledger.storage.port import Store, native_handle
 from jobledger.storage.sqlite import SqliteStore
-from jobledger.storage.sqlite.writes import append_on, dedupe_holders_on, next_version_on
+from jobledger.storage.sqlite.writes import (
+    append_on,
+    check_reaches,
+    dedupe_holders_on,
+    next_version_on,
+    no_tables,
+)
 
 
 class Writer(NamedTuple):
@@ -49,11 +54,21 @@ class HasEngine(Protocol):
 
 
 def enqueue(
-    app: HasEngine | Engine, conn: Any, target: str, payload: Any = None, **options: Any
+    app: HasEngine | Engine,
+    conn: Any,
+    target: str,
+    payload: Any = None,
+    **options: Unpack[EnqueueOptions],
 ) -> Enqueued:
-    """Append one job inside `conn`'s transaction; options as `App.enqueue` (code, key,
-    version, dedupe_key, headers, run_at). A dedupe hit returns the holder's id."""
-    return enqueue_many(app, conn, [NewJob(target, payload, **options)])[0]
+    """Append one job inside `conn`'s transaction; options as `App.enqueue` (key,
+    version, dedupe_key, run_at, headers, code). A dedupe hit returns the holder's id."""
+    return enqueue_many(app, conn, [engine_of(app).new_job(target, payload, **options)])[0]
+
+
+def engine_of(app: HasEngine | Engine) -> Engine:
+    """The engine `app` enqueues through (`app` itself when it is one)."""
+    engine: Engine = app if isinstance(app, Engine) else app.engine
+    return engine
 
 
 def enqueue_many(app: HasEngine | Engine, conn: Any, items: Sequence[NewJob]) -> list[Enqueued]:
@@ -65,7 +80,7 @@ def enqueue_many(app: HasEngine | Engine, conn: Any, items: Sequence[NewJob]) ->
     there (the Django helper does it with `on_commit`), else at once. Lossy targets
     are refused: their hand-over runs on the workers' event loop, not in this thread.
     """
-    engine = app if isinstance(app, Engine) else app.engine
+    engine = engine_of(app)
     for item in items:
         target = engine.targets.find(item.target)
         if target is not None and target.lossy:
@@ -84,7 +99,7 @@ def next_version(app: HasEngine | Engine, conn: Any, key: str) -> int:
     """`App.next_version`, sync: the next version of `key`, counted inside `conn`'s
     transaction (the one the job is enqueued in: a second transaction asking for the
     key waits until this one ends, so a key's versions follow commit order)."""
-    engine = app if isinstance(app, Engine) else app.engine
+    engine = engine_of(app)
     check_counter_key(key)
     return writer_for(engine.store, native_handle(conn)).next_version(key)
 
@@ -109,28 +124,14 @@ def writer_for(store: Store, conn: Any) -> Writer:
 
 
 def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> Writer:
-    cursor = conn.cursor()
-    cursor.row_factory = None  # the caller's connection may have its own row factory
-    main = next(row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main")
-    if not main or os.path.realpath(main) != os.path.realpath(store.path):
-        raise ConfigError(
-            f"this connection is to {main or 'an in-memory database'!r}, the store's file is"
-            f" {store.path!r}: a job commits with your rows only in the same database"
-        )
-    if getattr(conn, "autocommit", None) is True:  # Python 3.12's autocommit=True
-        raise InvalidArgument("enqueue needs a connection inside a transaction, not autocommit")
+    check_reaches(conn, store.path)
 
     def migrated(write: Callable[[sqlite3.Connection, Any], Any]) -> Callable[[Any], Any]:
         def run(argument: Any) -> Any:
             try:
                 return write(conn, argument)
             except sqlite3.OperationalError as exc:
-                if "no such table" not in str(exc):
-                    raise
-                raise ConfigError(
-                    f"{store.path} has no jobledger tables: run `jobledger migrate` (or start"
-                    " a worker once) against it"
-                ) from exc
+                raise no_tables(store.path, exc) from exc
 
         return run
 

@@ -1,8 +1,8 @@
 """Structured logs: the reference's run line, JSON lines on demand, and the observer wiring.
 
-Every run writes one line (reference §7)::
+Every run writes one line (the reference engine's, with the job's id added)::
 
-    job run code=do_update_oms target=kafka:… dedupe_key=… attempts=0 duration_ms=12 result=ok
+    job run code=do_update_oms target=kafka:… dedupe_key=… attempts=0 duration_ms=12 result=ok job_id=…
 
 (written by the lanes and the lossy runners through `log_run_line`'s format) with the
 same values as `extra` fields (code, target, dedupe_key, attempts, duration_ms,
@@ -56,13 +56,14 @@ def log_run_line(record: RunRecord) -> None:
         return
     run_logger.log(
         level,
-        "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f result=%s%s",
+        "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f result=%s job_id=%s%s",
         job.code,
         job.target,
         job.dedupe_key,
         record.attempts,
         record.duration_ms,
         record.result,
+        job.id,
         f" error={record.error}" if record.error else "",
         extra={
             "job_id": job.id,

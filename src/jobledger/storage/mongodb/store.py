@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.client_session import AsyncClientSession
 
+from jobledger.domain.errors import InvalidArgument
 from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, Lane
 from jobledger.domain.schedules.row import Schedule
@@ -55,6 +56,7 @@ from jobledger.storage.port import (
     run_after_commit,
 )
 from jobledger.storage.rows import as_utc
+from jobledger.storage.transaction import caller_hint
 
 T = TypeVar("T")
 
@@ -412,6 +414,14 @@ def _joined(tx: Any) -> AsyncClientSession:
     """The caller's session (a `Transaction` or the session itself), which must have a
     transaction in progress: the store joins it, never starts or ends it."""
     session = native_handle(tx)
-    if not isinstance(session, AsyncClientSession) or not session.in_transaction:
-        raise TypeError("tx must be an AsyncClientSession with a transaction in progress")
+    if not isinstance(session, AsyncClientSession):
+        raise TypeError(
+            "the MongoDB store takes an AsyncClientSession with a transaction in progress"
+            f" (or the Transaction of its own transaction()){caller_hint(session)}"
+        )
+    if not session.in_transaction:
+        raise InvalidArgument(
+            "enqueue needs a session inside a transaction: `await"
+            " session.start_transaction()` first, or run through store.run_in_transaction"
+        )
     return session

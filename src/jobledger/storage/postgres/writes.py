@@ -35,6 +35,7 @@ from jobledger.storage.port import LeaseGuard, Transaction, Writes, native_handl
 from jobledger.storage.postgres import encode, schema
 from jobledger.storage.postgres.connections import Conn, PgConnections
 from jobledger.storage.postgres.sql import Statements
+from jobledger.storage.transaction import caller_hint
 
 #: events one statement may carry: positions keep 20 bits for the ordinal in a transaction
 MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
@@ -42,6 +43,9 @@ MAX_EVENTS_PER_STATEMENT = (1 << schema.ORDINAL_BITS) // 2
 #: from this many new jobs in one call inside a transaction, they are COPYed: measured
 #: faster from ~300 (~15-20% at 1,000), even at 200, slower at 100 (docs/postgres.md)
 COPY_FROM = 300
+
+
+SyncConn = psycopg.Connection[Any]
 
 
 def holders_of(rows: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -59,15 +63,55 @@ def _can_copy(conn: Conn) -> bool:
     )
 
 
-def _callers(tx: Any) -> Conn:
-    """The caller's connection: `tx` itself or the native handle of a `Transaction`."""
-    conn = native_handle(tx)
-    if not isinstance(conn, psycopg.AsyncConnection):
-        raise TypeError(
-            "the PostgreSQL store takes a psycopg AsyncConnection in a transaction"
-            " (or the Transaction of its own transaction())"
+def check_in_transaction(conn: Conn | SyncConn) -> None:
+    """Refuse (InvalidArgument), before any statement runs, a caller's connection on
+    which the job would not commit with the caller's rows: in autocommit mode outside a
+    transaction block (each statement commits by itself), or inside a failed transaction
+    (every statement is refused until the caller rolls back). The one rule of the sync and
+    the async path; a closed connection goes on to the driver's own error."""
+    status = conn.pgconn.transaction_status
+    if status == _IDLE and conn.autocommit:
+        block = "with conn.transaction():"
+        if isinstance(conn, psycopg.AsyncConnection):
+            block = f"async {block}"
+        raise InvalidArgument(
+            "enqueue needs a connection inside a transaction, not autocommit: open one first"
+            f" (`{block}`, or a connection with autocommit off)"
         )
-    return conn
+    if status == _INERROR:
+        raise InvalidArgument(
+            "enqueue on a connection whose transaction failed: roll it back (or back to a"
+            " savepoint) first; nothing was written"
+        )
+
+
+_IDLE = pq.TransactionStatus.IDLE
+_INERROR = pq.TransactionStatus.INERROR
+
+#: the caller connections seen to reach a store's tables, and which schema's (weak: the
+#: store keeps no caller's connection alive)
+_REACHED: weakref.WeakKeyDictionary[Conn | SyncConn, str] = weakref.WeakKeyDictionary()
+#: the probe: a lookup by name, which returns NULL (never an error) for a missing table,
+#: so it cannot leave the caller's transaction failed
+_HAS_TABLES = "SELECT to_regclass(%s) IS NOT NULL"
+
+
+def _check_database(conn: Conn | SyncConn, store_dsn: str) -> None:
+    """Refuse (ConfigError) a connection to another database than the store's DSN names."""
+    wanted = _dbname(store_dsn)
+    if wanted is not None and conn.info.dbname != wanted:
+        raise ConfigError(
+            f"this connection is to database {conn.info.dbname!r}, the store's is"
+            f" {wanted!r}: a job commits with your rows only in the same database"
+        )
+
+
+def _reached(conn: Conn | SyncConn, sql: Statements, probe: tuple[Any, ...] | None) -> None:
+    """Remember that `conn` reaches the store's tables, or refuse it (ConfigError) when the
+    probe found none."""
+    if not (probe and probe[0]):
+        raise _no_tables(sql, conn.info.dbname)
+    _REACHED[conn] = sql.schema
 
 
 def _cursor(conn: Conn) -> psycopg.AsyncCursor[Any]:
@@ -89,14 +133,33 @@ class PgWrites(Writes):
                 yield tx
         run_after_commit(tx)
 
+    async def _callers(self, tx: Any) -> Conn:
+        """The caller's connection (`tx` itself or the native handle of a `Transaction`),
+        refused before any write unless the job would commit with the caller's rows:
+        `check_in_transaction`, the store's database, the store's tables (probed once per
+        connection, by a lookup that cannot fail the caller's transaction)."""
+        conn = native_handle(tx)
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise TypeError(
+                "the PostgreSQL store takes a psycopg AsyncConnection in a transaction"
+                f" (or the Transaction of its own transaction()){caller_hint(conn)}"
+            )
+        check_in_transaction(conn)
+        if _REACHED.get(conn) != self.sql.schema:
+            _check_database(conn, self.connections.conninfo)
+            async with _cursor(conn) as cur:
+                await cur.execute(_HAS_TABLES, (f"{self.sql.schema}.events",))
+                _reached(conn, self.sql, await cur.fetchone())
+        return conn
+
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
-        conn = _callers(tx)
+        conn = await self._callers(tx)
         if len(changes) == 1 and encode.opens_one(changes[0]):
             return [await self._enqueue_one(conn, changes[0])]  # `engine.enqueue`'s path
         return await self._apply_on(conn, changes, None)
 
     async def next_version(self, tx: Any, key: str) -> int:
-        async with _cursor(_callers(tx)) as cur:
+        async with _cursor(await self._callers(tx)) as cur:
             await cur.execute(self.sql.next_version, (key,))
             row = await cur.fetchone()
         assert row is not None  # an upsert's RETURNING gives its one row
@@ -259,32 +322,18 @@ class PgWrites(Writes):
 
 # --- the enqueue path on a caller's sync connection --------------------------------------
 
-SyncConn = psycopg.Connection[Any]
-
-
-#: the connections seen to reach a store's tables, and which schema's
-_REACHED: weakref.WeakKeyDictionary[SyncConn, str] = weakref.WeakKeyDictionary()
-
 
 def check_reaches(conn: SyncConn, sql: Statements, store_dsn: str) -> None:
-    """Refuse (ConfigError) a connection to another database than the store's DSN names,
-    or to one without the store's tables, before any statement of the enqueue runs: a
-    failed statement would abort the caller's transaction, whose commit then silently
-    rolls its own rows back. The tables are looked up once per connection."""
-    wanted = _dbname(store_dsn)
-    if wanted is not None and conn.info.dbname != wanted:
-        raise ConfigError(
-            f"this connection is to database {conn.info.dbname!r}, the store's is"
-            f" {wanted!r}: a job commits with your rows only in the same database"
-        )
+    """`PgWrites._callers`' checks on a sync connection: in a usable transaction, to the
+    store's database, which has the store's tables (looked up once per connection)."""
+    check_in_transaction(conn)
     if _REACHED.get(conn) == sql.schema:
         return
+    _check_database(conn, store_dsn)
     with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
-        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{sql.schema}.events",))
+        cur.execute(_HAS_TABLES, (f"{sql.schema}.events",))
         row = cur.fetchone()
-    if not (row and row[0]):
-        raise _no_tables(sql, conn.info.dbname)
-    _REACHED[conn] = sql.schema
+    _reached(conn, sql, row)
 
 
 @functools.cache
@@ -296,7 +345,7 @@ def _dbname(dsn: str) -> str | None:
 def _no_tables(sql: Statements, dbname: str) -> ConfigError:
     return ConfigError(
         f"no jobledger tables in schema {sql.schema} of database {dbname!r}: run"
-        " `jobledger migrate` (or start a worker once) against it"
+        " `jobledger migrate` (or `await app.start()`) against it"
     )
 
 
@@ -305,11 +354,6 @@ def append_sync(conn: SyncConn, sql: Statements, changes: Sequence[Change]) -> l
     per change, whether it was written (False: its dedupe key is already taken)."""
     if not all(encode.opens_job(c) for c in changes):
         raise ValueError("the sync path writes new jobs only (one JobEnqueued each)")
-    if conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-        raise InvalidArgument(
-            "enqueue needs a connection inside a transaction: open one first"
-            " (`with conn.transaction():`, or a connection with autocommit off)"
-        )
     flags = [False] * len(changes)
     for start in range(0, len(changes), MAX_EVENTS_PER_STATEMENT):
         chunk = changes[start : start + MAX_EVENTS_PER_STATEMENT]

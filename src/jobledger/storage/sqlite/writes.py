@@ -5,14 +5,15 @@ runs the very code `append_in` runs on a caller's own `sqlite3` connection."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 
-from jobledger.domain.errors import InvalidArgument
+from jobledger.domain.errors import ConfigError, InvalidArgument
 from jobledger.domain.jobs import TRANSITION_FIELDS, Change
 from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
@@ -22,14 +23,61 @@ from jobledger.storage.port import LeaseGuard, Transaction, Writes, native_handl
 from jobledger.storage.sqlite import sql
 from jobledger.storage.sqlite.connections import Connections, rollback
 from jobledger.storage.sqlite.encode import chunks, encode, encode_event
+from jobledger.storage.transaction import caller_hint
+
+A = TypeVar("A")
+T = TypeVar("T")
 
 
 def _callers(tx: Any) -> sqlite3.Connection:
     """The caller's connection: `tx` itself or the native handle of a `Transaction`."""
     native = native_handle(tx)
     if not isinstance(native, sqlite3.Connection):
-        raise TypeError("the SQLite store takes a sqlite3.Connection (or its Transaction)")
+        raise TypeError(
+            f"the SQLite store takes a sqlite3.Connection (or its Transaction){caller_hint(native)}"
+        )
     return native
+
+
+def _is_writer(connections: Connections, conn: sqlite3.Connection) -> bool:
+    """Whether `conn` is the store's own writer connection (its `transaction()`'s)."""
+    writer = connections.writer
+    return writer is not None and conn is writer.conn
+
+
+def check_reaches(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse, before any statement of the enqueue runs, a caller's connection on which
+    the job would not commit with the caller's rows: one to another database file than
+    the store's (ConfigError), or one in autocommit mode (InvalidArgument: Python 3.12's
+    `autocommit=True`, whose `commit()` commits nothing; `isolation_level=None` outside a
+    transaction is `append_on`'s to refuse, as it may be inside one)."""
+    cursor = conn.cursor()
+    cursor.row_factory = None  # the caller's connection may have its own row factory
+    main = next(row[2] for row in cursor.execute("PRAGMA database_list") if row[1] == "main")
+    if not main or os.path.realpath(main) != os.path.realpath(path):
+        raise ConfigError(
+            f"this connection is to {main or 'an in-memory database'!r}, the store's file is"
+            f" {path!r}: a job commits with your rows only in the same database"
+        )
+    if getattr(conn, "autocommit", None) is True:
+        raise InvalidArgument(_NOT_IN_TRANSACTION)
+
+
+def no_tables(path: str, exc: sqlite3.OperationalError) -> Exception:
+    """The error for `exc`, raised by a write on a caller's connection: ConfigError naming
+    the cure when the store's tables are missing, else `exc` itself."""
+    if "no such table" not in str(exc):
+        return exc
+    return ConfigError(
+        f"{path} has no jobledger tables: run `jobledger migrate` (or `await app.start()`)"
+        " against it"
+    )
+
+
+_NOT_IN_TRANSACTION = (
+    "enqueue needs a connection inside a transaction, not autocommit: BEGIN first (or a"
+    " connection in the sqlite3 module's default mode)"
+)
 
 
 class SqliteWrites(Writes):
@@ -64,14 +112,31 @@ class SqliteWrites(Writes):
 
     async def append_in(self, tx: Any, changes: Sequence[Change]) -> list[bool]:
         native = _callers(tx)
-        flags = append_on(native, changes)
         connections = self.connections
-        if native is connections.w.conn and connections.owner is not None:
-            self._staged.extend(c for c, ok in zip(changes, flags, strict=True) if ok)
-        return flags
+        if _is_writer(connections, native):
+            flags = append_on(native, changes)
+            if connections.owner is not None:
+                self._staged.extend(c for c, ok in zip(changes, flags, strict=True) if ok)
+            return flags
+        return self._on_callers(native, append_on, changes)
 
     async def next_version(self, tx: Any, key: str) -> int:
-        return next_version_on(_callers(tx), key)
+        native = _callers(tx)
+        if _is_writer(self.connections, native):
+            return next_version_on(native, key)
+        return self._on_callers(native, next_version_on, key)
+
+    def _on_callers(
+        self, conn: sqlite3.Connection, write: Callable[[sqlite3.Connection, A], T], argument: A
+    ) -> T:
+        """`write(conn, argument)` on a caller's own connection, once `check_reaches`
+        passed it; missing tables are a ConfigError naming the cure."""
+        path = self.connections.path
+        check_reaches(conn, path)
+        try:
+            return write(conn, argument)
+        except sqlite3.OperationalError as exc:
+            raise no_tables(path, exc) from exc
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         cursor = native_handle(tx).cursor()
@@ -146,7 +211,7 @@ def append_on(native: sqlite3.Connection, changes: Sequence[Change]) -> list[boo
     cursor.row_factory = None  # the caller's connection may have its own row factory
     if not native.in_transaction:
         if native.isolation_level is None:
-            raise InvalidArgument("append_in needs a connection inside a transaction (BEGIN first)")
+            raise InvalidArgument(_NOT_IN_TRANSACTION)
         cursor.execute("BEGIN IMMEDIATE")
     keys = [c.dedupe_key for c in changes if c.is_new and c.dedupe_key]
     seen = seen_keys(cursor, keys)
