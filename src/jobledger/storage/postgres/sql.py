@@ -300,8 +300,13 @@ WITH held AS (
 u AS (
   UPDATE {s}.jobs SET ({columns}) = ({values})
   WHERE id = %s AND stream_version = %s::integer AND EXISTS (SELECT 1 FROM held){before}
-  RETURNING 1
+  RETURNING id, partition, inflight_token
 ),
+fm AS (
+  INSERT INTO {s}.inflight (id, partition)
+  SELECT id, partition FROM u WHERE inflight_token IS NOT NULL ON CONFLICT (id) DO NOTHING
+),
+fc AS (DELETE FROM {s}.inflight f USING u WHERE f.id = u.id AND u.inflight_token IS NULL),
 {base("1")},
 e AS (INSERT INTO {s}.events ({EVENT_INSERT}) SELECT base.b + 1, {event_values} FROM base, u)
 SELECT {wake} FROM u
@@ -351,6 +356,27 @@ def _compare_and_set(s: str, kind: str, table: str, key: str, columns: str, rows
   WHERE ok.kind = '{kind}' AND NOT ok.isnew AND ok.del
     AND t.{key} = ok.ident AND t.stream_version = ok.expected
   RETURNING ok.i
+),
+"""
+
+
+def inflight_marks(s: str) -> str:
+    """CTEs `fm` and `fc` of the general apply statement: the `inflight` rows (migration
+    5) of the job rows its updates (`ju`) marked, and the removal of those of rows an
+    update or delete (`ju`, `jd`) left without a mark. A row's mark and its `inflight`
+    row change in the same statement, under the row's lock."""
+    return f"""fm AS (
+  INSERT INTO {s}.inflight (id, partition)
+  SELECT ok.ident, ok.part FROM ju JOIN ok ON ok.i = ju.i JOIN jr r ON r.id = ok.ident
+  WHERE r.inflight_token IS NOT NULL
+  ON CONFLICT (id) DO NOTHING
+),
+fc AS (
+  DELETE FROM {s}.inflight f USING ok
+  WHERE f.id = ok.ident AND ok.kind = 'job'
+    AND ok.i IN (SELECT i FROM ju UNION ALL SELECT i FROM jd)
+    AND NOT EXISTS (SELECT 1 FROM jr r WHERE r.id = ok.ident AND NOT ok.del
+                    AND r.inflight_token IS NOT NULL)
 ),
 """
 
@@ -430,6 +456,8 @@ class Statements:
     save_checkpoint: str
     delete_jobs: str
     delete_schedules: str
+    #: the `inflight` rows of the rebuilt read model (after `insert_jobs`)
+    rebuild_inflight: str
     insert_jobs: str
     insert_schedules: str
     notify_everything: str
@@ -473,6 +501,7 @@ def build(schema: str) -> Statements:
             else (
                 _compare_and_set(s, "job", "jobs", "id", job_set, "jr")
                 + _compare_and_set(s, "schedule", "schedules", "code", schedule_set, "sr")
+                + inflight_marks(s)
             )
         )
         winners = (
@@ -569,16 +598,19 @@ SELECT {JOB_SELECT} FROM (
             f"SELECT DISTINCT running_code FROM {s}.jobs WHERE status = 'RUNNING'"
             " AND running_code IS NOT NULL AND lease_until > %(now)s"
         ),
-        inflight=(
-            # in-flight rows stay PENDING: the partial index jobs_fast_pending finds them
-            f"SELECT {JOB_SELECT} FROM {s}.jobs WHERE partition = %(p)s AND lane = 'fast'"
-            " AND status = 'PENDING' AND inflight_token IS NOT NULL ORDER BY id"
-        ),
-        inflight_in=(
-            f"SELECT {JOB_SELECT} FROM {s}.jobs WHERE partition = ANY(%(parts)s)"
-            " AND lane = 'fast' AND status = 'PENDING' AND inflight_token IS NOT NULL"
-            " ORDER BY partition, id"
-        ),
+        # The in-flight rows through the `inflight` table (as many rows as marks), each
+        # row by the primary key: a join the planner cannot turn into a scan of `jobs`
+        # (LATERAL is a nested loop), however stale the statistics of either table.
+        inflight=f"""
+SELECT j.* FROM {s}.inflight f CROSS JOIN LATERAL (
+  SELECT {JOB_SELECT} FROM {s}.jobs WHERE id = f.id
+    AND lane = 'fast' AND status = 'PENDING' AND inflight_token IS NOT NULL
+) j WHERE f.partition = %(p)s ORDER BY j.id""",
+        inflight_in=f"""
+SELECT j.* FROM {s}.inflight f CROSS JOIN LATERAL (
+  SELECT {JOB_SELECT} FROM {s}.jobs WHERE id = f.id
+    AND lane = 'fast' AND status = 'PENDING' AND inflight_token IS NOT NULL
+) j WHERE f.partition = ANY(%(parts)s) ORDER BY j.partition, j.id""",
         pending_partitions=f"""
 SELECT p.n FROM unnest(%(parts)s::int[]) AS p(n) WHERE EXISTS (
   SELECT 1 FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'fast' AND partition = p.n
@@ -680,6 +712,8 @@ FROM free WHERE p.partition = free.partition RETURNING p.partition""",
         " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
         " state = excluded.state",
         delete_jobs=f"DELETE FROM {s}.jobs",
+        rebuild_inflight=f"DELETE FROM {s}.inflight; INSERT INTO {s}.inflight (id, partition)"
+        f" SELECT id, partition FROM {s}.jobs WHERE inflight_token IS NOT NULL",
         delete_schedules=f"DELETE FROM {s}.schedules",
         insert_jobs=f"INSERT INTO {s}.jobs ({JOB_COLUMNS}, order_key) SELECT {JOB_COLUMNS}, order_key"
         f" FROM json_populate_recordset(NULL::{s}.jobs, %s::json)",

@@ -1,0 +1,547 @@
+"""Cost as the work grows: a drain and single enqueues at 20k, 200k and 1M pending jobs.
+
+    .venv/bin/python bench/scale.py --store postgres
+    .venv/bin/python bench/scale.py --store sqlite --runs 3
+    .venv/bin/python bench/scale.py --store postgres --sizes 20000,1000000 --lanes fast-alo \\
+        --diagnose                      # where the time goes: see below
+
+One point is one lane (`fast-alo`: fast lane at-least-once, `fast-amo`: at-most-once,
+`long`: the long lane) at one backlog size, on a fresh store (a new PostgreSQL schema,
+a new SQLite file):
+
+1. the backlog: `size` no-op jobs of one target (distinct keys, every partition),
+   enqueued 1,000 per transaction, then `VACUUM ANALYZE` (PostgreSQL) or `ANALYZE`
+   (SQLite); not timed;
+2. single enqueues: `--enqueues` transactions of one business row and one job each
+   (`engine.enqueue(..., tx=...)` on the transaction's own connection), timed one by one:
+   jobs/s is their count over their total time;
+3. the drain: a `Runtime` with default settings is started and timed until its handler
+   has run `--drain` jobs (the start included); jobs/s, this process's CPU time per job
+   (the pod) and, on PostgreSQL, the CPU time of the pod's own server backends per job.
+
+Each run measures every lane at every size, the sizes in rising order in even runs and
+falling order in odd ones (the machine's drift then hits both ends alike), and prints
+each figure's ratio to the smallest size **of the same run**. The summary gives, per
+lane and size, the median of the runs and the median and spread of the per-run ratios,
+with the load average at the start and end.
+
+`--diagnose` (PostgreSQL) runs the points on a private cluster started for the run
+(initdb on a free loopback port; the machine's settings that matter copied:
+shared_buffers, fsync, synchronous_commit, full_page_writes, autovacuum, jit) with
+`pg_stat_statements` and `track_io_timing`, and prints for the drain and for the
+enqueues each statement's calls, time, buffers hit / read / dirtied, WAL records, full
+page images and bytes per job. It also writes a cProfile of the pod's drain per point
+(`--profile-dir`, printed as the ten functions with the most own time) and
+`EXPLAIN (ANALYZE, BUFFERS)` of the lanes' read statements after the load.
+
+Plain script, not a test; performance is measured here, never in timed tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from drain import backend_ticks
+from psycopg.conninfo import make_conninfo
+
+from jobledger.config.settings import Settings
+from jobledger.domain.jobs import Job, NewJob
+from jobledger.engine import Engine
+from jobledger.reactors.runtime import Runtime
+from jobledger.storage.port import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = os.environ.get("JOBLEDGER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+DATABASE = "jobledger_scale_bench"
+BENCH_APP = "jobledger_drain_bench"  # drain.ServerCpu finds the pod's backends by it
+TARGET = "bench:noop"
+LANES = {  # name: (lane, delivery mode)
+    "fast-alo": ("fast", "at_least_once"),
+    "fast-amo": ("fast", "at_most_once"),
+    "long": ("long", "at_least_once"),
+}
+#: the machine's settings a private cluster copies (those that change the figures)
+COPIED_SETTINGS = (
+    "shared_buffers",
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "autovacuum",
+    "jit",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "effective_cache_size",
+    "random_page_cost",
+    "work_mem",
+)
+
+
+@dataclass
+class Point:
+    lane: str
+    size: int
+    drain: float  # jobs/s
+    pod_us: float  # this process's CPU µs per drained job
+    server_us: float  # the pod's server backends' CPU µs per drained job (PostgreSQL)
+    enqueue: float  # single enqueues per second
+    enqueue_p50_ms: float
+    first_ms: float  # from the start to the first run
+    notes: list[str] = field(default_factory=list)
+
+
+# --- the stores -------------------------------------------------------------------------
+
+
+class Server:
+    """Where the PostgreSQL points run: the machine's server, or a private cluster."""
+
+    def __init__(self, dsn: str, *, private: Any = None) -> None:
+        self.dsn = dsn
+        self.private = private
+
+    async def database(self) -> str:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as admin:
+            cur = await admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+            if not await cur.fetchone():
+                await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+        dsn = make_conninfo(self.dsn, dbname=DATABASE)
+        if self.private is not None:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        return dsn
+
+
+@asynccontextmanager
+async def private_server() -> AsyncIterator[Server]:
+    """A private cluster with the machine's settings that matter, plus pg_stat_statements."""
+    sys.path.insert(0, str(ROOT))
+    from tests.private_pg import PrivateCluster, pg_bin
+
+    bin_dir = pg_bin()
+    if bin_dir is None:
+        raise SystemExit("--diagnose needs PostgreSQL's server binaries (initdb, pg_ctl)")
+    async with await psycopg.AsyncConnection.connect(SERVER, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s)",
+            (list(COPIED_SETTINGS),),
+        )
+        copied = await cur.fetchall()
+    cluster = PrivateCluster(bin_dir)
+    try:
+        await asyncio.to_thread(cluster.init)
+        with (cluster.data / "postgresql.conf").open("a") as conf:
+            for name, setting, unit in copied:
+                conf.write(f"{name} = '{conf_value(setting, unit)}'\n")
+            conf.write(
+                "shared_preload_libraries = 'pg_stat_statements'\n"
+                "pg_stat_statements.track = 'all'\ntrack_io_timing = on\n"
+            )
+        await asyncio.to_thread(cluster.start)
+        print(
+            f"private cluster on port {cluster.port}: "
+            + ", ".join(f"{n}={s}" for n, s, _ in copied)
+        )
+        yield Server(cluster.dsn, private=cluster)
+    finally:
+        await asyncio.to_thread(cluster.remove)
+
+
+def conf_value(setting: str, unit: str | None) -> str:
+    """A pg_settings value as postgresql.conf takes it ("8kB" counts blocks of 8 kB)."""
+    if unit == "8kB":
+        return f"{int(setting) * 8}kB"
+    return f"{setting}{unit or ''}"
+
+
+@asynccontextmanager
+async def fresh_store(kind: str, server: Server, tmp: Path) -> AsyncIterator[Store]:
+    if kind == "postgres":
+        from jobledger.storage.postgres import PostgresStore
+
+        dsn = make_conninfo(await server.database(), application_name=BENCH_APP)
+        schema = f"scale_{uuid.uuid4().hex[:10]}"
+        store = PostgresStore(dsn, schema=schema, pool_max=10)
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        return
+    from jobledger.storage.sqlite import SqliteStore
+
+    path = tmp / f"scale-{uuid.uuid4().hex[:6]}.db"
+    sqlite_store = SqliteStore(str(path))
+    await sqlite_store.open()
+    try:
+        yield sqlite_store
+    finally:
+        await sqlite_store.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+# --- one point ------------------------------------------------------------------------
+
+
+async def load(engine: Engine, size: int) -> None:
+    """`size` jobs of TARGET, 1,000 per transaction, distinct keys (every partition)."""
+    for start in range(0, size, 1000):
+        async with engine.transaction() as tx:
+            await engine.enqueue_many(
+                [NewJob(TARGET, None, key=f"k{i}") for i in range(start, min(start + 1000, size))],
+                tx=tx,
+            )
+
+
+async def analyze(store: Store) -> None:
+    if store.name == "postgres":
+        from jobledger.storage.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as conn:
+            await conn.execute(f"VACUUM ANALYZE {store.s}.jobs")
+            await conn.execute(f"VACUUM ANALYZE {store.s}.events")
+        return
+    from jobledger.storage.sqlite import SqliteStore
+
+    assert isinstance(store, SqliteStore)
+    conn = sqlite3.connect(store.path)
+    conn.execute("ANALYZE")
+    conn.close()
+
+
+async def single_enqueues(engine: Engine, store: Store, count: int) -> list[float]:
+    """`count` transactions of one business row and one job; seconds each."""
+    if store.name == "postgres":
+        from jobledger.storage.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        conn = await psycopg.AsyncConnection.connect(store.dsn)
+        table = f"{store.s}.business"
+        await conn.execute(f"CREATE TABLE {table} (id bigint, note text)")
+        await conn.commit()
+        out = []
+        try:
+            for i in range(count):
+                began = time.perf_counter()
+                async with conn.transaction():
+                    await conn.execute(f"INSERT INTO {table} VALUES (%s, 'x')", (i,))
+                    await engine.enqueue(TARGET, {"i": i}, tx=conn, key=f"s{i}")
+                out.append(time.perf_counter() - began)
+        finally:
+            await conn.close()
+        return out
+    out = []
+    async with engine.transaction() as tx:
+        tx.native.execute("CREATE TABLE business (id INTEGER, note TEXT)")
+    for i in range(count):
+        began = time.perf_counter()
+        async with engine.transaction() as tx:
+            tx.native.execute("INSERT INTO business VALUES (?, 'x')", (i,))
+            await engine.enqueue(TARGET, {"i": i}, tx=tx, key=f"s{i}")
+        out.append(time.perf_counter() - began)
+    return out
+
+
+class ServerCpu:
+    """CPU time of the pod's own server backends (`BENCH_APP`) over a stretch of time,
+    read from /proc (the server runs on this machine)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def pids(self) -> list[int]:
+        async with await psycopg.AsyncConnection.connect(self.server.dsn, autocommit=True) as c:
+            cur = await c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (BENCH_APP,)
+            )
+            return [int(row[0]) for row in await cur.fetchall()]
+
+    async def start(self) -> None:
+        self.before = backend_ticks(await self.pids())
+
+    async def seconds(self) -> float:
+        now = backend_ticks(await self.pids())
+        used = sum(t - self.before.get(pid, 0) for pid, t in now.items())
+        return used / os.sysconf("SC_CLK_TCK")
+
+
+class Counter:
+    """The no-op handler: counts its runs and says when `goal` is reached."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.goal = 0
+        self.reached = asyncio.Event()
+        self.first = 0.0  # perf_counter of the first run
+
+    async def __call__(self, job: Job) -> None:
+        if not self.done:
+            self.first = time.perf_counter()
+        self.done += 1
+        if self.done == self.goal:
+            self.reached.set()
+
+
+async def timed_drain(
+    engine: Engine,
+    store: Store,
+    server_: Server,
+    counter: Counter,
+    jobs: int,
+    profile: cProfile.Profile | None,
+) -> tuple[float, float, float, float]:
+    """(seconds, pod CPU seconds, server CPU seconds) until the handler ran `jobs` times,
+    and the seconds until it first ran."""
+    counter.goal = jobs
+    runtime = Runtime(engine, pod_id="scale")
+    server = ServerCpu(server_)
+    if store.name == "postgres":
+        await server.start()
+    if profile is not None:
+        profile.enable()
+    began, cpu = time.perf_counter(), time.process_time()
+    await runtime.start()
+    await counter.reached.wait()
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+    if profile is not None:
+        profile.disable()
+    server_s = await server.seconds() if store.name == "postgres" else 0.0
+    await runtime.stop()
+    return elapsed, cpu, server_s, counter.first - began
+
+
+async def point(kind: str, server: Server, tmp: Path, lane: str, size: int, args: Any) -> Point:
+    lane_name, mode = LANES[lane]
+    async with fresh_store(kind, server, tmp) as store:
+        engine = Engine(store, settings=Settings())
+
+        counter = Counter()
+        engine.targets.register(TARGET, lane_name, counter, delivery_mode=mode)
+        began = time.perf_counter()
+        await load(engine, size)
+        await analyze(store)
+        notes = [f"loaded in {time.perf_counter() - began:.0f} s"]
+        if args.diagnose and kind == "postgres":
+            notes += await explain_reads(store, lane_name)
+            await reset_statements(server)
+        samples = await single_enqueues(engine, store, args.enqueues)
+        if args.diagnose and kind == "postgres":
+            notes += await statements(server, "enqueues", args.enqueues)
+            await reset_statements(server)
+        drain = args.long_drain if lane_name == "long" else args.drain
+        profile = cProfile.Profile() if args.diagnose else None
+        seconds, cpu, server_s, first = await timed_drain(
+            engine, store, server, counter, drain, profile
+        )
+        if args.diagnose and kind == "postgres":
+            notes += await statements(server, "drain", drain)
+        if profile is not None:
+            notes += profile_notes(profile, args.profile_dir, f"{kind}-{lane}-{size}")
+        return Point(
+            lane,
+            size,
+            drain / seconds,
+            cpu / drain * 1e6,
+            server_s / drain * 1e6,
+            len(samples) / sum(samples),
+            statistics.median(samples) * 1000,
+            first * 1000,
+            notes,
+        )
+
+
+# --- diagnosis ------------------------------------------------------------------------
+
+
+async def reset_statements(server: Server) -> None:
+    async with await psycopg.AsyncConnection.connect(await server.database(), autocommit=True) as c:
+        await c.execute("SELECT pg_stat_statements_reset()")
+
+
+async def statements(server: Server, what: str, jobs: int) -> list[str]:
+    """The statements run since the last reset, busiest first, per job."""
+    async with await psycopg.AsyncConnection.connect(await server.database(), autocommit=True) as c:
+        cur = await c.execute(
+            """SELECT calls, total_exec_time, shared_blks_hit, shared_blks_read,
+                      shared_blks_dirtied, shared_blks_written, wal_records, wal_fpi,
+                      wal_bytes, blk_read_time, regexp_replace(left(query, 110), '\\s+', ' ', 'g')
+               FROM pg_stat_statements
+               WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                 AND query NOT LIKE '%%pg_stat_statements%%'
+               ORDER BY total_exec_time DESC LIMIT 12"""
+        )
+        rows = await cur.fetchall()
+    out = [
+        f"{what}: per job: calls, exec µs, blks hit/read/dirtied/written, WAL recs/FPI/bytes,"
+        " read ms total"
+    ]
+    for calls, total, hit, read, dirt, written, recs, fpi, wal, read_ms, query in rows:
+        out.append(
+            f"  {calls / jobs:6.3f} {total * 1000 / jobs:8.1f}µs  {hit / jobs:6.1f} {read / jobs:5.2f}"
+            f" {dirt / jobs:5.2f} {written / jobs:5.2f}  {recs / jobs:5.2f} {fpi / jobs:5.2f}"
+            f" {float(wal) / jobs:7.0f}B  {read_ms:7.1f}  {query}"
+        )
+    return out
+
+
+async def explain_reads(store: Store, lane: str) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the lane's reads on the loaded backlog."""
+    from jobledger.storage.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    sql = store.sql
+    if lane == "fast":
+        cases = [
+            ("fast_pending_first", sql.fast_pending_first, {"p": 7, "limit": 100}),
+            ("fast_pending_after", sql.fast_pending_after, {"p": 7, "limit": 100, "after": b"k5"}),
+            ("next_due_fast", sql.next_due_fast, {"parts": list(range(64))}),
+            ("inflight_in", sql.inflight_in, {"parts": list(range(64))}),
+        ]
+    else:
+        from datetime import UTC, datetime
+
+        now = datetime.now(UTC)
+        cases = [("long_candidates", sql.long_candidates, {"now": now, "limit": 10})]
+    out = []
+    async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as conn:
+        for name, text, params in cases:
+            cur = await conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {text}", params)  # type: ignore[arg-type]
+            plan = [row[0] for row in await cur.fetchall()]
+            out.append(f"explain {name}:")
+            out += [f"    {line}" for line in plan]
+    return out
+
+
+def profile_notes(profile: cProfile.Profile, folder: str | None, name: str) -> list[str]:
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(str(Path(folder) / f"{name}.pstats"))
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(10)
+    lines = [line for line in text.getvalue().splitlines() if line.strip()]
+    return ["pod profile (own time):", *[f"    {line}" for line in lines[-11:]]]
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f}, n={len(values)})"
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
+    parser.add_argument("--sizes", default="20000,200000,1000000")
+    parser.add_argument("--lanes", default="fast-alo,fast-amo,long")
+    parser.add_argument("--drain", type=int, default=10_000, help="jobs drained per point")
+    parser.add_argument("--long-drain", type=int, default=3_000, help="the same, long lane")
+    parser.add_argument("--enqueues", type=int, default=1_000, help="single enqueues per point")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--diagnose", action="store_true")
+    parser.add_argument("--profile-dir", default=None, help="where --diagnose writes .pstats")
+    parser.add_argument("--verbose", action="store_true", help="print each point's notes")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    lanes = args.lanes.split(",")
+    print(
+        f"{args.store}: sizes {sizes}, lanes {lanes}, drain {args.drain}, enqueues {args.enqueues}"
+    )
+    print(f"load average at start: {load_average()}")
+    results: list[list[Point]] = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        server_cm = private_server() if args.diagnose else _machine()
+        async with server_cm as server:
+            for run in range(args.runs):
+                order = sizes if run % 2 == 0 else sizes[::-1]
+                points: list[Point] = []
+                for lane in lanes:
+                    for size in order:
+                        p = await point(args.store, server, Path(tmpdir), lane, size, args)
+                        points.append(p)
+                        print(
+                            f"run {run} {lane:8s} {size:>9,} pending: drain {p.drain:8,.0f} jobs/s"
+                            f" (first run at {p.first_ms:.0f} ms; pod {p.pod_us:4.0f} µs,"
+                            f" server {p.server_us:4.0f} µs CPU/job);"
+                            f" enqueue {p.enqueue:6,.0f}/s (p50 {p.enqueue_p50_ms:.3f} ms);"
+                            f" load {load_average()}"
+                        )
+                        if args.verbose or args.diagnose:
+                            for note in p.notes:
+                                print(f"    {note}")
+                results.append(points)
+                print_ratios(run, points, sizes[0])
+    print_summary(results, lanes, sizes)
+    print(f"load average at end: {load_average()}")
+    return 0
+
+
+@asynccontextmanager
+async def _machine() -> AsyncIterator[Server]:
+    yield Server(SERVER)
+
+
+def print_ratios(run: int, points: list[Point], smallest: int) -> None:
+    for p in points:
+        base = next(b for b in points if b.lane == p.lane and b.size == smallest)
+        if p.size != smallest:
+            print(
+                f"  run {run} {p.lane:8s} {p.size:>9,} / {smallest:,}: drain {p.drain / base.drain:.3f}x,"
+                f" enqueue {p.enqueue / base.enqueue:.3f}x"
+            )
+
+
+def print_summary(results: list[list[Point]], lanes: list[str], sizes: list[int]) -> None:
+    print(
+        "\nsummary (median of runs; ratio to the smallest size of the same run: median (min-max, n))"
+    )
+    for lane in lanes:
+        for size in sizes:
+            pts = [p for run in results for p in run if p.lane == lane and p.size == size]
+            bases = [
+                next(b for b in run if b.lane == lane and b.size == sizes[0]) for run in results
+            ]
+            drain = statistics.median(p.drain for p in pts)
+            enq = statistics.median(p.enqueue for p in pts)
+            line = (
+                f"  {lane:8s} {size:>9,}: drain {drain:8,.0f} jobs/s"
+                f" (pod {statistics.median(p.pod_us for p in pts):4.0f},"
+                f" server {statistics.median(p.server_us for p in pts):4.0f} µs CPU/job),"
+                f" enqueue {enq:6,.0f}/s"
+            )
+            if size != sizes[0]:
+                line += (
+                    f"; ratio drain {spread([p.drain / b.drain for p, b in zip(pts, bases, strict=True)])},"
+                    f" enqueue {spread([p.enqueue / b.enqueue for p, b in zip(pts, bases, strict=True)])}"
+                )
+            print(line)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))
