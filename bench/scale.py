@@ -1,38 +1,40 @@
 """Cost as the work grows: a drain and single enqueues at 20k, 200k and 1M pending jobs.
 
     .venv/bin/python bench/scale.py --store postgres
-    .venv/bin/python bench/scale.py --store sqlite --runs 3
+    .venv/bin/python bench/scale.py --store sqlite --rounds 5
     .venv/bin/python bench/scale.py --store postgres --sizes 20000,1000000 --lanes fast-alo \\
-        --diagnose                      # where the time goes: see below
+        --rounds 1 --diagnose           # where the time goes: see below
 
-One point is one lane (`fast-alo`: fast lane at-least-once, `fast-amo`: at-most-once,
-`long`: the long lane) at one backlog size, on a fresh store (a new PostgreSQL schema,
-a new SQLite file):
+For each lane (`fast-alo`: fast lane at-least-once, `fast-amo`: at-most-once, `long`:
+the long lane) one store per size is filled side by side (a PostgreSQL schema or a
+SQLite file each): `size` no-op jobs of one target, distinct keys (every partition),
+enqueued 1,000 per transaction, then `VACUUM ANALYZE` (PostgreSQL) or `ANALYZE`
+(SQLite). Then `--rounds` rounds measure every size in turn, in rising order in even
+rounds and falling order in odd ones (A B C C B A ...: the machine's drift hits every
+size alike):
 
-1. the backlog: `size` no-op jobs of one target (distinct keys, every partition),
-   enqueued 1,000 per transaction, then `VACUUM ANALYZE` (PostgreSQL) or `ANALYZE`
-   (SQLite); not timed;
-2. single enqueues: `--enqueues` transactions of one business row and one job each
-   (`engine.enqueue(..., tx=...)` on the transaction's own connection), timed one by one:
-   jobs/s is their count over their total time;
-3. the drain: a `Runtime` with default settings is started and timed until its handler
-   has run `--drain` jobs (the start included); jobs/s, this process's CPU time per job
-   (the pod) and, on PostgreSQL, the CPU time of the pod's own server backends per job.
+1. single enqueues: `--enqueues` transactions of one business row and one job each
+   (`engine.enqueue(..., tx=...)` on the transaction's own connection), timed one by
+   one: jobs/s is their count over their total time;
+2. the drain: a `Runtime` with default settings is started and timed until its handler
+   has run `--drain` jobs (`--long-drain` on the long lane), the start included; jobs/s,
+   the time to the first run, this process's CPU time per job (the pod) and, on
+   PostgreSQL, the CPU time of the pod's own server backends per job;
+3. not timed: the backlog topped up to its size with new keys and analyzed again.
 
-Each run measures every lane at every size, the sizes in rising order in even runs and
-falling order in odd ones (the machine's drift then hits both ends alike), and prints
-each figure's ratio to the smallest size **of the same run**. The summary gives, per
-lane and size, the median of the runs and the median and spread of the per-run ratios,
-with the load average at the start and end.
+Each round prints every figure's ratio to the smallest size **of the same round**; the
+summary gives, per lane and size, the median of the rounds and the median, spread and
+count of the per-round ratios, with the load average at the start and end.
 
-`--diagnose` (PostgreSQL) runs the points on a private cluster started for the run
-(initdb on a free loopback port; the machine's settings that matter copied:
-shared_buffers, fsync, synchronous_commit, full_page_writes, autovacuum, jit) with
-`pg_stat_statements` and `track_io_timing`, and prints for the drain and for the
-enqueues each statement's calls, time, buffers hit / read / dirtied, WAL records, full
-page images and bytes per job. It also writes a cProfile of the pod's drain per point
-(`--profile-dir`, printed as the ten functions with the most own time) and
-`EXPLAIN (ANALYZE, BUFFERS)` of the lanes' read statements after the load.
+`--diagnose` (PostgreSQL) runs on a private cluster started for the run (initdb on a
+free loopback port; the machine's settings that change the figures copied:
+shared_buffers, fsync, synchronous_commit, full_page_writes, autovacuum, jit, ...) with
+`pg_stat_statements` and `track_io_timing`, and prints for the enqueues and the drain
+each statement's calls, time, buffers hit / read / dirtied / written, WAL records, full
+page images and bytes per job; `EXPLAIN (ANALYZE, BUFFERS)` of the lanes' reads on the
+loaded backlog; and a cProfile of the pod's drain (the ten functions with the most own
+time; `.pstats` files in `--profile-dir`). `--explain-ms N` also logs the plan of every
+statement slower than N ms (auto_explain) and keeps the server log.
 
 Plain script, not a test; performance is measured here, never in timed tests.
 """
@@ -45,6 +47,7 @@ import cProfile
 import io
 import os
 import pstats
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -52,7 +55,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,7 +132,7 @@ class Server:
 
 
 @asynccontextmanager
-async def private_server() -> AsyncIterator[Server]:
+async def private_server(explain_ms: float | None, log_to: str | None) -> AsyncIterator[Server]:
     """A private cluster with the machine's settings that matter, plus pg_stat_statements."""
     sys.path.insert(0, str(ROOT))
     from tests.private_pg import PrivateCluster, pg_bin
@@ -150,15 +153,25 @@ async def private_server() -> AsyncIterator[Server]:
             for name, setting, unit in copied:
                 conf.write(f"{name} = '{conf_value(setting, unit)}'\n")
             conf.write(
-                "shared_preload_libraries = 'pg_stat_statements'\n"
+                "shared_preload_libraries = 'pg_stat_statements, auto_explain'\n"
                 "pg_stat_statements.track = 'all'\ntrack_io_timing = on\n"
             )
+            if explain_ms is not None:  # the plans of slow statements, in the server log
+                conf.write(
+                    f"auto_explain.log_min_duration = '{explain_ms}ms'\n"
+                    "auto_explain.log_analyze = on\nauto_explain.log_buffers = on\n"
+                    "auto_explain.log_timing = off\nauto_explain.log_wal = on\n"
+                )
         await asyncio.to_thread(cluster.start)
         print(
             f"private cluster on port {cluster.port}: "
             + ", ".join(f"{n}={s}" for n, s, _ in copied)
         )
         yield Server(cluster.dsn, private=cluster)
+        if explain_ms is not None:
+            kept = Path(log_to or ".") / "scale-server.log"
+            shutil.copy(cluster.log, kept)
+            print(f"the server log, with the plans: {kept}")
     finally:
         await asyncio.to_thread(cluster.remove)
 
@@ -202,12 +215,15 @@ async def fresh_store(kind: str, server: Server, tmp: Path) -> AsyncIterator[Sto
 # --- one point ------------------------------------------------------------------------
 
 
-async def load(engine: Engine, size: int) -> None:
+async def load(engine: Engine, size: int, prefix: str) -> None:
     """`size` jobs of TARGET, 1,000 per transaction, distinct keys (every partition)."""
     for start in range(0, size, 1000):
         async with engine.transaction() as tx:
             await engine.enqueue_many(
-                [NewJob(TARGET, None, key=f"k{i}") for i in range(start, min(start + 1000, size))],
+                [
+                    NewJob(TARGET, None, key=f"{prefix}{i}")
+                    for i in range(start, min(start + 1000, size))
+                ],
                 tx=tx,
             )
 
@@ -224,40 +240,47 @@ async def analyze(store: Store) -> None:
     from jobledger.storage.sqlite import SqliteStore
 
     assert isinstance(store, SqliteStore)
-    conn = sqlite3.connect(store.path)
-    conn.execute("ANALYZE")
-    conn.close()
+    db = sqlite3.connect(store.path)
+    db.execute("ANALYZE")
+    db.close()
 
 
-async def single_enqueues(engine: Engine, store: Store, count: int) -> list[float]:
+async def business_table(store: Store) -> None:
+    if store.name == "postgres":
+        from jobledger.storage.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as conn:
+            await conn.execute(f"CREATE TABLE {store.s}.business (id bigint, note text)")
+        return
+    async with store.writes.transaction() as tx:
+        tx.native.execute("CREATE TABLE business (id INTEGER, note TEXT)")
+
+
+async def single_enqueues(engine: Engine, store: Store, count: int, prefix: str) -> list[float]:
     """`count` transactions of one business row and one job; seconds each."""
+    out = []
     if store.name == "postgres":
         from jobledger.storage.postgres import PostgresStore
 
         assert isinstance(store, PostgresStore)
         conn = await psycopg.AsyncConnection.connect(store.dsn)
-        table = f"{store.s}.business"
-        await conn.execute(f"CREATE TABLE {table} (id bigint, note text)")
-        await conn.commit()
-        out = []
+        insert = f"INSERT INTO {store.s}.business VALUES (%s, 'x')"
         try:
             for i in range(count):
                 began = time.perf_counter()
                 async with conn.transaction():
-                    await conn.execute(f"INSERT INTO {table} VALUES (%s, 'x')", (i,))
-                    await engine.enqueue(TARGET, {"i": i}, tx=conn, key=f"s{i}")
+                    await conn.execute(insert, (i,))
+                    await engine.enqueue(TARGET, {"i": i}, tx=conn, key=f"{prefix}{i}")
                 out.append(time.perf_counter() - began)
         finally:
             await conn.close()
         return out
-    out = []
-    async with engine.transaction() as tx:
-        tx.native.execute("CREATE TABLE business (id INTEGER, note TEXT)")
     for i in range(count):
         began = time.perf_counter()
         async with engine.transaction() as tx:
             tx.native.execute("INSERT INTO business VALUES (?, 'x')", (i,))
-            await engine.enqueue(TARGET, {"i": i}, tx=tx, key=f"s{i}")
+            await engine.enqueue(TARGET, {"i": i}, tx=tx, key=f"{prefix}{i}")
         out.append(time.perf_counter() - began)
     return out
 
@@ -312,7 +335,7 @@ async def timed_drain(
 ) -> tuple[float, float, float, float]:
     """(seconds, pod CPU seconds, server CPU seconds) until the handler ran `jobs` times,
     and the seconds until it first ran."""
-    counter.goal = jobs
+    counter.done, counter.goal, counter.reached = 0, jobs, asyncio.Event()
     runtime = Runtime(engine, pod_id="scale")
     server = ServerCpu(server_)
     if store.name == "postgres":
@@ -330,44 +353,67 @@ async def timed_drain(
     return elapsed, cpu, server_s, counter.first - began
 
 
-async def point(kind: str, server: Server, tmp: Path, lane: str, size: int, args: Any) -> Point:
-    lane_name, mode = LANES[lane]
-    async with fresh_store(kind, server, tmp) as store:
-        engine = Engine(store, settings=Settings())
+@dataclass
+class Backlog:
+    """One lane's store at one size, kept across the rounds."""
 
-        counter = Counter()
-        engine.targets.register(TARGET, lane_name, counter, delivery_mode=mode)
-        began = time.perf_counter()
-        await load(engine, size)
-        await analyze(store)
-        notes = [f"loaded in {time.perf_counter() - began:.0f} s"]
-        if args.diagnose and kind == "postgres":
+    store: Store
+    engine: Engine
+    counter: Counter
+    size: int
+
+
+async def open_backlog(
+    stack: AsyncExitStack, kind: str, server: Server, tmp: Path, lane: str, size: int
+) -> Backlog:
+    lane_name, mode = LANES[lane]
+    store = await stack.enter_async_context(fresh_store(kind, server, tmp))
+    engine = Engine(store, settings=Settings())
+    counter = Counter()
+    engine.targets.register(TARGET, lane_name, counter, delivery_mode=mode)
+    await load(engine, size, "k")
+    await analyze(store)
+    await business_table(store)
+    return Backlog(store, engine, counter, size)
+
+
+async def point(backlog: Backlog, server: Server, lane: str, round_: int, args: Any) -> Point:
+    """Single enqueues, then the timed drain; then the backlog topped up to its size
+    again (new keys, not timed) and analyzed for the next round."""
+    store, engine, counter = backlog.store, backlog.engine, backlog.counter
+    kind = store.name
+    lane_name, _ = LANES[lane]
+    notes: list[str] = []
+    if args.diagnose and kind == "postgres":
+        if round_ == 0:
             notes += await explain_reads(store, lane_name)
-            await reset_statements(server)
-        samples = await single_enqueues(engine, store, args.enqueues)
-        if args.diagnose and kind == "postgres":
-            notes += await statements(server, "enqueues", args.enqueues)
-            await reset_statements(server)
-        drain = args.long_drain if lane_name == "long" else args.drain
-        profile = cProfile.Profile() if args.diagnose else None
-        seconds, cpu, server_s, first = await timed_drain(
-            engine, store, server, counter, drain, profile
-        )
-        if args.diagnose and kind == "postgres":
-            notes += await statements(server, "drain", drain)
-        if profile is not None:
-            notes += profile_notes(profile, args.profile_dir, f"{kind}-{lane}-{size}")
-        return Point(
-            lane,
-            size,
-            drain / seconds,
-            cpu / drain * 1e6,
-            server_s / drain * 1e6,
-            len(samples) / sum(samples),
-            statistics.median(samples) * 1000,
-            first * 1000,
-            notes,
-        )
+        await reset_statements(server)
+    samples = await single_enqueues(engine, store, args.enqueues, f"s{round_}-")
+    if args.diagnose and kind == "postgres":
+        notes += await statements(server, "enqueues", args.enqueues)
+        await reset_statements(server)
+    drain = args.long_drain if lane_name == "long" else args.drain
+    profile = cProfile.Profile() if args.diagnose else None
+    seconds, cpu, server_s, first = await timed_drain(
+        engine, store, server, counter, drain, profile
+    )
+    if args.diagnose and kind == "postgres":
+        notes += await statements(server, "drain", drain)
+    if profile is not None:
+        notes += profile_notes(profile, args.profile_dir, f"{kind}-{lane}-{backlog.size}-{round_}")
+    await load(engine, max(drain - args.enqueues, 0), f"t{round_}-")
+    await analyze(store)
+    return Point(
+        lane,
+        backlog.size,
+        drain / seconds,
+        cpu / drain * 1e6,
+        server_s / drain * 1e6,
+        len(samples) / sum(samples),
+        statistics.median(samples) * 1000,
+        first * 1000,
+        notes,
+    )
 
 
 # --- diagnosis ------------------------------------------------------------------------
@@ -410,6 +456,7 @@ async def explain_reads(store: Store, lane: str) -> list[str]:
 
     assert isinstance(store, PostgresStore)
     sql = store.sql
+    cases: list[tuple[str, str, dict[str, Any]]]
     if lane == "fast":
         cases = [
             ("fast_pending_first", sql.fast_pending_first, {"p": 7, "limit": 100}),
@@ -425,7 +472,7 @@ async def explain_reads(store: Store, lane: str) -> list[str]:
     out = []
     async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as conn:
         for name, text, params in cases:
-            cur = await conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {text}", params)  # type: ignore[arg-type]
+            cur = await conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {text}", params)
             plan = [row[0] for row in await cur.fetchall()]
             out.append(f"explain {name}:")
             out += [f"    {line}" for line in plan]
@@ -463,8 +510,15 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--drain", type=int, default=10_000, help="jobs drained per point")
     parser.add_argument("--long-drain", type=int, default=3_000, help="the same, long lane")
     parser.add_argument("--enqueues", type=int, default=1_000, help="single enqueues per point")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="measurements of each size")
     parser.add_argument("--diagnose", action="store_true")
+    parser.add_argument(
+        "--explain-ms",
+        type=float,
+        default=None,
+        help="with --diagnose: auto_explain every statement slower than this into the"
+        " server log, copied to --profile-dir (or here) as scale-server.log",
+    )
     parser.add_argument("--profile-dir", default=None, help="where --diagnose writes .pstats")
     parser.add_argument("--verbose", action="store_true", help="print each point's notes")
     args = parser.parse_args(argv)
@@ -474,29 +528,40 @@ async def main(argv: list[str]) -> int:
         f"{args.store}: sizes {sizes}, lanes {lanes}, drain {args.drain}, enqueues {args.enqueues}"
     )
     print(f"load average at start: {load_average()}")
-    results: list[list[Point]] = []
+    results: list[list[Point]] = [[] for _ in range(args.rounds)]
     with tempfile.TemporaryDirectory() as tmpdir:
-        server_cm = private_server() if args.diagnose else _machine()
+        server_cm = (
+            private_server(args.explain_ms, args.profile_dir) if args.diagnose else _machine()
+        )
         async with server_cm as server:
-            for run in range(args.runs):
-                order = sizes if run % 2 == 0 else sizes[::-1]
-                points: list[Point] = []
-                for lane in lanes:
-                    for size in order:
-                        p = await point(args.store, server, Path(tmpdir), lane, size, args)
-                        points.append(p)
-                        print(
-                            f"run {run} {lane:8s} {size:>9,} pending: drain {p.drain:8,.0f} jobs/s"
-                            f" (first run at {p.first_ms:.0f} ms; pod {p.pod_us:4.0f} µs,"
-                            f" server {p.server_us:4.0f} µs CPU/job);"
-                            f" enqueue {p.enqueue:6,.0f}/s (p50 {p.enqueue_p50_ms:.3f} ms);"
-                            f" load {load_average()}"
+            for lane in lanes:
+                async with AsyncExitStack() as stack:
+                    began = time.perf_counter()
+                    backlogs = {
+                        size: await open_backlog(
+                            stack, args.store, server, Path(tmpdir), lane, size
                         )
-                        if args.verbose or args.diagnose:
-                            for note in p.notes:
-                                print(f"    {note}")
-                results.append(points)
-                print_ratios(run, points, sizes[0])
+                        for size in sizes
+                    }
+                    print(f"{lane}: backlogs loaded in {time.perf_counter() - began:.0f} s")
+                    for round_ in range(args.rounds):
+                        order = sizes if round_ % 2 == 0 else sizes[::-1]
+                        points: list[Point] = []
+                        for size in order:
+                            p = await point(backlogs[size], server, lane, round_, args)
+                            points.append(p)
+                            print(
+                                f"round {round_} {lane:8s} {size:>9,} pending: drain"
+                                f" {p.drain:8,.0f} jobs/s (first run at {p.first_ms:.0f} ms;"
+                                f" pod {p.pod_us:4.0f} µs, server {p.server_us:4.0f} µs CPU/job);"
+                                f" enqueue {p.enqueue:6,.0f}/s (p50 {p.enqueue_p50_ms:.3f} ms);"
+                                f" load {load_average()}"
+                            )
+                            if args.verbose or args.diagnose:
+                                for note in p.notes:
+                                    print(f"    {note}")
+                        print_ratios(round_, points, sizes[0])
+                        results[round_] += points
     print_summary(results, lanes, sizes)
     print(f"load average at end: {load_average()}")
     return 0
@@ -507,19 +572,19 @@ async def _machine() -> AsyncIterator[Server]:
     yield Server(SERVER)
 
 
-def print_ratios(run: int, points: list[Point], smallest: int) -> None:
+def print_ratios(round_: int, points: list[Point], smallest: int) -> None:
     for p in points:
         base = next(b for b in points if b.lane == p.lane and b.size == smallest)
         if p.size != smallest:
             print(
-                f"  run {run} {p.lane:8s} {p.size:>9,} / {smallest:,}: drain {p.drain / base.drain:.3f}x,"
+                f"  round {round_} {p.lane:8s} {p.size:>9,} / {smallest:,}: drain {p.drain / base.drain:.3f}x,"
                 f" enqueue {p.enqueue / base.enqueue:.3f}x"
             )
 
 
 def print_summary(results: list[list[Point]], lanes: list[str], sizes: list[int]) -> None:
     print(
-        "\nsummary (median of runs; ratio to the smallest size of the same run: median (min-max, n))"
+        "\nsummary (median of the rounds; ratio to the smallest size of the same round: median (min-max, n))"
     )
     for lane in lanes:
         for size in sizes:
