@@ -132,7 +132,9 @@ class Server:
 
 
 @asynccontextmanager
-async def private_server(explain_ms: float | None, log_to: str | None) -> AsyncIterator[Server]:
+async def private_server(
+    explain_ms: float | None, log_to: str | None, overrides: list[str]
+) -> AsyncIterator[Server]:
     """A private cluster with the machine's settings that matter, plus pg_stat_statements."""
     sys.path.insert(0, str(ROOT))
     from tests.private_pg import PrivateCluster, pg_bin
@@ -154,8 +156,12 @@ async def private_server(explain_ms: float | None, log_to: str | None) -> AsyncI
                 conf.write(f"{name} = '{conf_value(setting, unit)}'\n")
             conf.write(
                 "shared_preload_libraries = 'pg_stat_statements, auto_explain'\n"
-                "pg_stat_statements.track = 'all'\ntrack_io_timing = on\n"
+                "pg_stat_statements.track = 'all'\npg_stat_statements.track_planning = on\n"
+                "track_io_timing = on\n"
             )
+            for line in overrides:  # --set name=value, after the copied settings
+                name, _, value = line.partition("=")
+                conf.write(f"{name.strip()} = '{value.strip()}'\n")
             if explain_ms is not None:  # the plans of slow statements, in the server log
                 conf.write(
                     f"auto_explain.log_min_duration = '{explain_ms}ms'\n"
@@ -165,7 +171,7 @@ async def private_server(explain_ms: float | None, log_to: str | None) -> AsyncI
         await asyncio.to_thread(cluster.start)
         print(
             f"private cluster on port {cluster.port}: "
-            + ", ".join(f"{n}={s}" for n, s, _ in copied)
+            + ", ".join([*(f"{n}={s}" for n, s, _ in copied), *overrides])
         )
         yield Server(cluster.dsn, private=cluster)
         if explain_ms is not None:
@@ -428,7 +434,7 @@ async def statements(server: Server, what: str, jobs: int) -> list[str]:
     """The statements run since the last reset, busiest first, per job."""
     async with await psycopg.AsyncConnection.connect(await server.database(), autocommit=True) as c:
         cur = await c.execute(
-            """SELECT calls, total_exec_time, shared_blks_hit, shared_blks_read,
+            """SELECT calls, total_exec_time, total_plan_time, shared_blks_hit, shared_blks_read,
                       shared_blks_dirtied, shared_blks_written, wal_records, wal_fpi,
                       wal_bytes, blk_read_time, regexp_replace(left(query, 110), '\\s+', ' ', 'g')
                FROM pg_stat_statements
@@ -438,12 +444,13 @@ async def statements(server: Server, what: str, jobs: int) -> list[str]:
         )
         rows = await cur.fetchall()
     out = [
-        f"{what}: per job: calls, exec µs, blks hit/read/dirtied/written, WAL recs/FPI/bytes,"
-        " read ms total"
+        f"{what}: per job: calls, exec µs, plan µs, blks hit/read/dirtied/written,"
+        " WAL recs/FPI/bytes, read ms total"
     ]
-    for calls, total, hit, read, dirt, written, recs, fpi, wal, read_ms, query in rows:
+    for calls, total, plan, hit, read, dirt, written, recs, fpi, wal, read_ms, query in rows:
         out.append(
-            f"  {calls / jobs:6.3f} {total * 1000 / jobs:8.1f}µs  {hit / jobs:6.1f} {read / jobs:5.2f}"
+            f"  {calls / jobs:6.3f} {total * 1000 / jobs:8.1f}µs {plan * 1000 / jobs:7.1f}µs"
+            f"  {hit / jobs:6.1f} {read / jobs:5.2f}"
             f" {dirt / jobs:5.2f} {written / jobs:5.2f}  {recs / jobs:5.2f} {fpi / jobs:5.2f}"
             f" {float(wal) / jobs:7.0f}B  {read_ms:7.1f}  {query}"
         )
@@ -513,6 +520,18 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="measurements of each size")
     parser.add_argument("--diagnose", action="store_true")
     parser.add_argument(
+        "--private",
+        action="store_true",
+        help="run on a private cluster (as --diagnose does) without the diagnosis",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the private cluster, e.g. shared_buffers=1GB (repeatable)",
+    )
+    parser.add_argument(
         "--explain-ms",
         type=float,
         default=None,
@@ -531,7 +550,9 @@ async def main(argv: list[str]) -> int:
     results: list[list[Point]] = [[] for _ in range(args.rounds)]
     with tempfile.TemporaryDirectory() as tmpdir:
         server_cm = (
-            private_server(args.explain_ms, args.profile_dir) if args.diagnose else _machine()
+            private_server(args.explain_ms, args.profile_dir, args.set)
+            if args.diagnose or args.private
+            else _machine()
         )
         async with server_cm as server:
             for lane in lanes:
