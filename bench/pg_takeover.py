@@ -52,7 +52,7 @@ async def main() -> None:
             step = max(args.rows // args.marked, 1)
             await conn.execute(
                 f"UPDATE {s}.jobs SET inflight_token = 'tok', claimed_by = 'gone'"
-                f" WHERE version %% {step} = 0"
+                f" WHERE version % {step} = 0"
             )
             await conn.execute(
                 f"INSERT INTO {s}.inflight (id, partition)"

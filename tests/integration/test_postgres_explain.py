@@ -194,3 +194,25 @@ async def admin_filters(big: PostgresStore) -> None:
     rows, total = await big.admin.list_jobs(JobFilter(key="k42"), offset=0, limit=100)
     assert total == ROWS // 5000 and len(rows) == total
     assert [j.id for j in rows] == sorted((j.id for j in rows), reverse=True)
+
+
+async def test_the_lane_reads_keep_one_plan_on_a_deep_queue(big: PostgresStore) -> None:
+    """The lanes' page reads are prepared statements; on 100,000 rows PostgreSQL must
+    be able to keep their generic plan instead of planning every call again. With the
+    LIMIT a parameter, and the range bounds constants the custom plans could estimate,
+    the generic plan cost more than the custom ones and was never used past ~100k
+    pending rows (65-90 µs of planning per fast-lane page at 1M, ≈ 250 µs per long-lane
+    read, against 3-4 µs)."""
+    statements = [
+        big.queue.fast_pending_statement(5, after_key=None, limit=100),
+        big.queue.fast_pending_statement(5, after_key="k2500", limit=100),
+        big.queue.long_candidates_statement(NOW, limit=30),
+    ]
+    async with big.pool.connection() as conn:
+        for sql, params in statements:
+            for _ in range(8):
+                await conn.execute(sql, params, prepare=True)
+        cur = await conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements")
+        plans = await cur.fetchall()
+    assert len(plans) == len(statements), plans
+    assert all(generic > 0 for generic, _ in plans), plans
