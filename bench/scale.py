@@ -62,6 +62,7 @@ from typing import Any
 
 import psycopg
 from drain import backend_ticks
+from pg_common import fresh_store as pg_fresh_store
 from psycopg.conninfo import make_conninfo
 
 from jobledger.config.settings import Settings
@@ -192,18 +193,9 @@ def conf_value(setting: str, unit: str | None) -> str:
 @asynccontextmanager
 async def fresh_store(kind: str, server: Server, tmp: Path) -> AsyncIterator[Store]:
     if kind == "postgres":
-        from jobledger.storage.postgres import PostgresStore
-
-        dsn = make_conninfo(await server.database(), application_name=BENCH_APP)
-        schema = f"scale_{uuid.uuid4().hex[:10]}"
-        store = PostgresStore(dsn, schema=schema, pool_max=10)
-        await store.open()
-        try:
-            yield store
-        finally:
-            await store.close()
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        database = await server.database()
+        async with pg_fresh_store(BENCH_APP, database=database, pool_max=10) as pg:
+            yield pg
         return
     from jobledger.storage.sqlite import SqliteStore
 
