@@ -553,7 +553,10 @@ n AS ({notify(channel, "c.part", "c.lane", "c.kind = 'schedule'", "w JOIN c ON c
 SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) FROM n)
 """
 
-    pending = f"FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'fast' AND partition = %(p)s"
+    pending = (
+        f"FROM {s}.jobs WHERE status = 'PENDING' AND lane = 'fast'"
+        " AND partition = (SELECT %(p)s::integer)"
+    )
     order = "ORDER BY order_key, version, id LIMIT %(limit)s"
     return Statements(
         schema=s,
@@ -583,8 +586,8 @@ SELECT coalesce((SELECT array_agg(i) FROM w), '{{}}'::int[]), (SELECT count(*) F
         )
         + ") n",
         fast_pending_first=f"SELECT {JOB_SELECT} {pending} {order}",
-        # The bounds are sub-selects (`with_limit` says why): the planner estimates
-        # them the same way whether it plans for this call or for every call.
+        # The partition and the bounds are sub-selects (`with_limit` says why): the
+        # planner estimates them the same way whether it plans for this call or for all.
         fast_pending_after=f"SELECT {JOB_SELECT} {pending}"
         f" AND order_key > (SELECT %(after)s::bytea) {order}",
         long_candidates=f"""
@@ -736,10 +739,11 @@ def with_limit(template: str, limit: int) -> str:
     pending rows that generic plan costs more than the custom plans, and the server
     plans the read again at every call (measured at 1M rows: 65-90 µs of planning per
     fast-lane page, ≈ 250 µs per long-lane read, against 3-4 µs). A LIMIT written in the
-    text is known to the generic plan; the reads' range bounds (the keyset's order key,
-    the long lane's `now`) are sub-selects, whose value no plan knows in advance, so the
-    custom plans estimate them as the generic plan does (a third of the rows) instead
-    of "nearly all", and cost the same: the generic plan is kept. The limits come from
+    text is known to the generic plan; the reads' other values (the partition, the
+    keyset's order key, the long lane's `now`) are sub-selects, whose value no plan knows
+    in advance, so the custom plans estimate them as the generic plan does (a third of
+    the rows for a bound, not "nearly all"; the average partition, not this one's
+    sample) and cost the same: the generic plan is kept. The limits come from
     the settings (a page, a batch): a few texts per store."""
     return template.replace("%(limit)s", str(int(limit)))
 
