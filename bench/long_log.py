@@ -98,7 +98,8 @@ async def events_in(store: Store) -> int:
 
 async def settle(store: Store) -> None:
     """After a fill: the rows it left open (DEAD, waiting retries) leave the read model,
-    so the queue stays the few rows the ops write; the stats checkpoint moves to the
+    so the queue stays the few rows the ops write, and the tables are vacuumed and
+    analyzed (autovacuum's work, which the server may not do); the stats checkpoint moves to the
     log's end with its state as it was. Folding the fill would take longer than the
     fill (its counts are not what is measured: the state holds counters per target and
     code, and the fill adds none)."""
@@ -109,12 +110,17 @@ async def settle(store: Store) -> None:
         await store.connections.write(
             lambda conn: conn.execute("DELETE FROM jobs WHERE target <> ?", (TARGET,))
         )
+        await store.connections.write(lambda conn: conn.execute("ANALYZE"))
     else:
         from jobledger.storage.postgres import PostgresStore
 
         assert isinstance(store, PostgresStore)
         async with store.pool.connection() as conn:
             await conn.execute(f"DELETE FROM {store.s}.jobs WHERE target <> %s", (TARGET,))
+        # what autovacuum would have done meanwhile (the bench server may run without it)
+        async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as raw:
+            await raw.execute(f"VACUUM ANALYZE {store.s}.jobs")
+            await raw.execute(f"VACUUM ANALYZE {store.s}.events")
     newest = await store.log.read_log_newest(None, limit=1)
     _, state = await store.projections.load_checkpoint("stats")
     await store.projections.save_checkpoint("stats", newest[0].position or 0, state)
