@@ -96,7 +96,8 @@ async def test_polling_calls_share_one_computation_a_second(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`GET /stats` polled by many clients: one fold and one set of reads per second,
-    not one per call; after the age a call computes afresh and sees new work."""
+    not one per call; after the age a computation starts afresh and sees new work,
+    and the calls during it get the last answer while it is recent."""
     store = MemoryStore()
     await generate(store, clock, jobs_count=6)
     computed = 0
@@ -116,9 +117,19 @@ async def test_polling_calls_share_one_computation_a_second(
     assert (await shared_stats(store, clock, hours=2))["since"] != again["since"]
     assert computed == 2  # another `hours` is another computation
     await generate(store, clock, jobs_count=3, first=6)
-    fresh = await shared_stats(store, clock, max_age_s=0.0)
+    # past the age: a new computation starts, and while it runs a call gets the last
+    # answer (younger than SHARED_STALE_S) instead of waiting for it
+    assert await shared_stats(store, clock, max_age_s=0.0) is again
+    assert await shared_stats(store, clock) is again  # still running: still the last one
+    await asyncio.sleep(0.05)  # the computation ends
+    fresh = await shared_stats(store, clock)
     assert computed == 3 and fresh["position"] == store.tables.events[-1].position
     assert fresh["position"] > again["position"]
+    # a last answer older than SHARED_STALE_S is not served: the call waits
+    monkeypatch.setattr(stats, "SHARED_STALE_S", 0.0)
+    await generate(store, clock, jobs_count=3, first=9)
+    newest = await shared_stats(store, clock, max_age_s=0.0)
+    assert computed == 4 and newest["position"] == store.tables.events[-1].position
 
 
 async def test_a_failed_computation_is_not_kept_and_a_caller_leaving_stops_none(
