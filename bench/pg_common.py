@@ -33,10 +33,13 @@ async def bench_dsn() -> str:
 
 
 @asynccontextmanager
-async def fresh_store(app: str | None = None, **options: object) -> AsyncIterator[PostgresStore]:
-    """A store on a new schema of the bench database, dropped afterwards; `app` names its
-    connections (`application_name`, so a bench can find its own server processes)."""
-    dsn = await bench_dsn()
+async def fresh_store(
+    app: str | None = None, *, database: str | None = None, **options: object
+) -> AsyncIterator[PostgresStore]:
+    """A store on a new schema of the bench database (or of `database`, a conninfo),
+    dropped afterwards; `app` names its connections (`application_name`, so a bench can
+    find its own server processes)."""
+    dsn = database or await bench_dsn()
     if app is not None:
         dsn = make_conninfo(dsn, application_name=app)
     schema = f"bench_{uuid.uuid4().hex[:10]}"

@@ -29,11 +29,13 @@ time-ordered).
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from jobledger.core.clock import Clock
 from jobledger.domain.events import Event, EventType
 from jobledger.domain.jobs import JobStatus
 from jobledger.domain.timeutil import at_ms, iso
@@ -286,6 +288,55 @@ async def oldest_pending_age(store: Store, target: str, now: datetime) -> float 
         count_limit=0,
     )
     return (at_ms(now) - rows[0].created_at).total_seconds() if rows else None
+
+
+#: how long `shared_stats` answers from one computation: the calls of one process
+#: within this many seconds of a computation's start share it
+SHARED_MAX_AGE_S = 1.0
+#: while the next computation runs, a call gets the last answer if it was computed
+#: within this many seconds (else it waits for the one running)
+SHARED_STALE_S = 5.0
+
+#: per store and `hours`: (monotonic start, the computation) of `shared_stats`
+_SHARED: weakref.WeakKeyDictionary[Store, dict[int, tuple[float, asyncio.Task[dict[str, Any]]]]]
+_SHARED = weakref.WeakKeyDictionary()
+#: per store and `hours`: (monotonic end, the answer) of the last computation that ended well
+_ANSWERS: weakref.WeakKeyDictionary[Store, dict[int, tuple[float, dict[str, Any]]]]
+_ANSWERS = weakref.WeakKeyDictionary()
+
+
+async def shared_stats(
+    store: Store, clock: Clock, *, hours: int = 24, max_age_s: float = SHARED_MAX_AGE_S
+) -> dict[str, Any]:
+    """`read_stats`, computed at most once per `max_age_s` per store and `hours` in this
+    process; calls meanwhile get that computation's answer, and while the next one runs,
+    the last answer if it is younger than `SHARED_STALE_S` (its `as_of` and `position`
+    say how old it is). What `GET /stats` serves: each call of `read_stats` catches the
+    checkpoint up (up to `CALL_BUDGET` events), saves it and reads every target's
+    oldest row, so clients polling it while workers drain folded the log once per call
+    and took the workers' CPU, and waited for each other. The ages are the process's
+    monotonic time (how old a cached answer is, not a time of the domain); a computation
+    that fails is not kept."""
+    computations = _SHARED.setdefault(store, {})
+    answers = _ANSWERS.setdefault(store, {})
+    found = computations.get(hours)
+    started = time.monotonic()
+    if found is None or (found[1].done() and started - found[0] >= max_age_s):
+        task = asyncio.create_task(read_stats(store, clock.now(), hours=hours))
+        found = computations[hours] = (started, task)
+
+        def settle(done: asyncio.Task[dict[str, Any]]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                answers[hours] = (time.monotonic(), done.result())
+            elif computations.get(hours, (0.0, None))[1] is done:
+                del computations[hours]
+
+        task.add_done_callback(settle)
+    kept = answers.get(hours)
+    if not found[1].done() and kept is not None and started - kept[0] < SHARED_STALE_S:
+        return kept[1]
+    # shielded: a caller that goes away does not cancel the others' answer
+    return await asyncio.shield(found[1])
 
 
 async def read_stats(store: Store, now: datetime, *, hours: int = 24) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from starlette.routing import BaseRoute, Route
 from jobledger.config.api_keys import Principal
 from jobledger.http.routes._guard import api, int_param, services
 from jobledger.http.serialize import event_json
-from jobledger.projections.stats import read_stats
+from jobledger.projections.stats import shared_stats
 
 MAX_EVENTS = 1000
 MAX_POSITION = 2**62
@@ -21,10 +21,11 @@ MAX_HOURS = 24 * 35
 async def stats(request: Request, principal: Principal) -> dict[str, Any]:
     """The stats projection's hourly outcomes of the last `hours` hours, per-minute
     outcomes of the last hour, the open queue per target and code, and open jobs by
-    status (`jobledger.projections.stats.read_stats`)."""
+    status (`jobledger.projections.stats.read_stats`), one computation a second shared
+    by the polling clients (`shared_stats`)."""
     hours = int_param(request, "hours", 24, minimum=1, maximum=MAX_HOURS)
     svc = services(request)
-    return await read_stats(svc.store, svc.clock.now(), hours=hours)
+    return await shared_stats(svc.store, svc.clock, hours=hours)
 
 
 @api(query=("after", "limit"))

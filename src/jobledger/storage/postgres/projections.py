@@ -38,5 +38,6 @@ class PgProjections(ProjectionState):
             await conn.execute(sql.delete_jobs)
             await conn.execute(sql.delete_schedules)
             await conn.execute(sql.insert_jobs, (job_rows,))
+            await conn.execute(sql.rebuild_inflight)
             await conn.execute(sql.insert_schedules, (schedule_rows,))
             await conn.execute(sql.notify_everything, (sql.channel,))

@@ -164,6 +164,21 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             'CREATE TABLE {s}.counters (key text COLLATE "C" PRIMARY KEY, value bigint NOT NULL)',
         ),
     ),
+    (
+        5,
+        (
+            # The rows carrying an at-most-once mark, by id: what a takeover reads. An
+            # index on `jobs.inflight_token` would make every mark a non-HOT update (see
+            # migration 2); without one, the takeover read every PENDING row of the
+            # partitions it took, a scan of the whole backlog at each pod start. The
+            # statements that set or clear a row's mark keep this table in step, in
+            # the same statement (`sql.py`); it holds as many rows as are in flight.
+            'CREATE TABLE {s}.inflight (id text COLLATE "C" PRIMARY KEY,'
+            " partition integer NOT NULL)",
+            "INSERT INTO {s}.inflight (id, partition)"
+            " SELECT id, partition FROM {s}.jobs WHERE inflight_token IS NOT NULL",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]
