@@ -164,6 +164,15 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             'CREATE TABLE {s}.counters (key text COLLATE "C" PRIMARY KEY, value bigint NOT NULL)',
         ),
     ),
+    (
+        5,
+        (
+            # Whether the pod holds a liveness token (an advisory lock, see
+            # `liveness.PgLiveness`): only such pods are judged dead by their token;
+            # a pod of an earlier release, which holds none, only by its leases
+            "ALTER TABLE {s}.workers ADD COLUMN liveness boolean NOT NULL DEFAULT false",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]
