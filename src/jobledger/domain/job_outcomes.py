@@ -164,6 +164,23 @@ def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
     return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
 
 
+def claim_of_dead_pod(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
+    """Long lane: a RUNNING row whose pod died (its liveness token is free) before the
+    row's lease ran out. at-most-once → DEAD, since the run may have finished its side
+    effect, as `reclaim_expired` decides; at-least-once → requeued (PENDING, the claim
+    dropped), to run again from the start through the next reserve of any pod."""
+    if mode == DeliveryMode.AT_MOST_ONCE:
+        return dead_outcome(
+            job,
+            stamp,
+            "its pod died while running; the run may have finished",
+            job.last_error,
+            job.attempts,
+        )
+    requeued = {"reason": "its pod died while running", "token": job.claim_token}
+    return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
+
+
 def reclaim_expired(
     job: Job,
     mode: DeliveryMode,

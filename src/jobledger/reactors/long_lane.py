@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -213,6 +214,30 @@ class LongLane:
             self.current[row.id] = row
             claimed.append(row)
         return claimed
+
+    async def take_over_claims(self, rows: Sequence[Job]) -> None:
+        """The rows a dead pod was running (`Liveness.claims_of`; its token is free):
+        at-least-once → requeued for the next reserve of any pod, at-most-once → DEAD,
+        as when their lease runs out (`job_outcomes.claim_of_dead_pod`), but now."""
+        decided: list[tuple[Job, Outcome]] = []
+        for job in rows:
+            target = self.engine.targets.find(job.target)
+            if target is None:
+                logger.warning(
+                    "claim of job %s: target %s is not registered here", job.id, job.target
+                )
+                continue
+            stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
+            decided.append((job, job_outcomes.claim_of_dead_pod(job, target.delivery_mode, stamp)))
+        flags = await self.store.writes.apply([o.change for _, o in decided]) if decided else []
+        for (job, outcome), ok in zip(decided, flags, strict=True):
+            if ok:
+                self.outcomes.log_run(job, outcome.label, 0.0, job.attempts, job.last_error)
+                if outcome.dead:
+                    self.outcomes.dead(
+                        job, "its pod died while running; the run may have finished", job.last_error
+                    )
+        self.event.set()  # requeued rows are due: look again
 
     # --- running a batch -------------------------------------------------------------------
     def start_batch(self, rows: list[Job]) -> asyncio.Task[None]:
