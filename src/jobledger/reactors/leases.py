@@ -32,7 +32,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -78,9 +78,13 @@ class PartitionListener(Protocol):
 
 
 class ClaimListener(Protocol):
-    """The long lane, as the lease keeper sees it: the claims of dead pods."""
+    """The long lane, as the lease keeper sees it: the claims of dead pods; it claims
+    nothing while `may_claim()` is false (this pod's token is lost)."""
+
+    may_claim: Callable[[], bool]
 
     async def take_over_claims(self, rows: Sequence[Job]) -> None: ...
+    def wake(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +124,8 @@ class PartitionLeases:
         self.liveness = store.coordination.liveness(pod)
         if self.liveness is not None:
             self.liveness.on_lost = self._token_lost
+            if claims is not None:
+                claims.may_claim = self._token_held
         self.grace_s = death_grace_s(settings.partition_lease_s)
         #: the other pods whose tokens the watch looks at (the last beat's `watched`)
         self.watched: frozenset[str] = frozenset()
@@ -178,6 +184,8 @@ class PartitionLeases:
             if not self._token_held():
                 assert self.liveness is not None
                 await self.liveness.hold()
+                if self.claims is not None:
+                    self.claims.wake()  # it claimed nothing while the token was lost
             now = self.clock.now()
             until = now + timedelta(seconds=self.settings.partition_lease_s)
             since = now - timedelta(seconds=self.settings.worker_live_s)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -62,6 +62,9 @@ class LongLane:
         self._looked_at = datetime.min.replace(tzinfo=UTC)
         #: the earliest due PENDING row when `next_due` was last read
         self._due: datetime | None = None
+        #: whether the pod may claim rows now: not while its liveness token is lost
+        #: (`PartitionLeases` sets it), when a takeover may requeue what it claims
+        self.may_claim: Callable[[], bool] = lambda: True
 
     # --- life cycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -154,7 +157,7 @@ class LongLane:
         """Claim up to `long_batch` rows under one token; the rows now RUNNING here."""
         now = self._looked_at = self.clock.now()
         room = min(self.settings.long_batch, self.max_running - len(self.current))
-        if room <= 0 or self.stopping:
+        if room <= 0 or self.stopping or not self.may_claim():
             return []
         candidates = await self.store.queue.long_candidates(
             now, limit=self.settings.long_batch * CANDIDATE_FACTOR
