@@ -31,6 +31,7 @@ def _record(job: Job) -> None:
                 "key": job.key,
                 "version": job.version,
                 "partition": job.partition,
+                "lane": job.lane.value,
                 "t": time.time(),
             }
         )

@@ -102,10 +102,10 @@ async def owned_by(store: Store, pod: str) -> set[int]:
 def first_after(
     seen: list[dict[str, Any]], t: float, partitions: set[int], pid: int
 ) -> dict[int, float]:
-    """Per partition: when another process first sent one of its rows after `t`."""
+    """Per partition: when another process first sent one of its fast-lane rows after `t`."""
     first: dict[int, float] = {}
     for d in seen:
-        if d["t"] > t and d["pid"] != pid and d["partition"] in partitions:
+        if d["t"] > t and d["pid"] != pid and d["partition"] in partitions and d["lane"] == "fast":
             first.setdefault(d["partition"], d["t"])
     return first
 
@@ -203,7 +203,9 @@ async def test_a_killed_worker_is_taken_over_well_before_its_leases(
     first = first_after(seen, killed_at, partitions, victim.pid)
     sent_before = {d["id"] for d in seen if d["t"] <= killed_at}
     waiting = {
-        d["partition"] for d in seen if d["partition"] in partitions and d["id"] not in sent_before
+        d["partition"]
+        for d in seen
+        if d["partition"] in partitions and d["id"] not in sent_before and d["lane"] == "fast"
     }
     assert waiting <= set(first), "a partition of the dead worker was never served again"
     resumed = min(first.values()) - killed_at
