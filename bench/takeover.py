@@ -5,12 +5,13 @@ lease, 10 s heartbeat, 5-minute long-lane lease), on a fresh store each round (a
 PostgreSQL database on the bench server, or a new SQLite file). The workers' `--app` is
 the lane tests' `tests.integration.multiprocess_app` (a line per delivery with the time,
 the process and the partition). While a driver commits ~100 fast-lane jobs a second
-(half at-most-once, half at-least-once, 500 keys) and a long-lane job of each mode every
-2 s (each runs 20 s), the worker holding the most long-lane claims is killed with
+(half at-most-once, half at-least-once, 500 keys; a delivery takes 50 ms) and a long-lane
+job of each mode every 2 s (each runs 20 s), the worker holding the most long-lane claims is killed with
 SIGKILL once the three have split the partitions 21/21/22. Measured from the kill:
 
 * fast: the first delivery, by another worker, of a row of the dead worker's partitions;
-* dead: the DEAD verdict of the first at-most-once row it had in flight (its `JobDead`);
+* dead: the DEAD verdict of the first at-most-once row it had in flight (its `JobDead`;
+  the kill is sent while one of its at-most-once rows is marked in flight);
 * long: the first of its long-lane claims taken over (an at-least-once run started by
   another worker, or an at-most-once claim closed DEAD).
 
@@ -98,7 +99,7 @@ def spawn(url: str, pod: str, out: Path, src: str | None, log: Path) -> subproce
         **os.environ,
         "PYTHONPATH": os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]),
         "LANES_OUT": str(out),
-        "LANES_DELAY_S": "0.005",
+        "LANES_DELAY_S": "0.05",
         "LANES_LONG_DELAY_S": str(LONG_RUN_S),
     }
     env = {k: v for k, v in env.items() if not k.startswith("JOBLEDGER_")}  # defaults
@@ -110,6 +111,18 @@ def spawn(url: str, pod: str, out: Path, src: str | None, log: Path) -> subproce
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM, then SIGKILL what is still running after 30 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def lines(out: Path) -> list[dict[str, Any]]:
@@ -181,6 +194,11 @@ async def one_round(kind: str, side: str, src: str | None, wait_long: bool, work
             }
             claims = {j.id for j in running if j.claimed_by == pod}
             result.partitions, result.claims = len(partitions), len(claims)
+
+            async def marked() -> bool:  # the kill lands while an at-most-once row is sent
+                return any(j.inflight_token and j.claimed_by == pod for j in await all_jobs(store))
+
+            await until(marked, 30)
             victim.send_signal(signal.SIGKILL)
             killed = time.time()
             victim.wait(timeout=10)
@@ -232,14 +250,7 @@ async def one_round(kind: str, side: str, src: str | None, wait_long: bool, work
             stop.set()
             with contextlib.suppress(Exception):
                 await driver
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_all(procs)
             await store.close()
     return result
 
@@ -260,6 +271,9 @@ async def main() -> None:
     parser.add_argument("--baseline-src", help="run the baseline side's workers from this src")
     parser.add_argument("--long-baseline", type=int, default=2, help="baseline rounds that wait")
     args = parser.parse_args()
+    main_task = asyncio.current_task()
+    assert main_task is not None  # SIGTERM: stop the workers and drop the database first
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     print(f"store {args.store}; load average {os.getloadavg()}", flush=True)
     rounds: list[Round] = []
     with tempfile.TemporaryDirectory(prefix="jobledger-takeover-") as tmp:

@@ -20,6 +20,9 @@ import asyncio
 import signal
 import time
 from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,59 +145,77 @@ def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@dataclass
+class Run:
+    store: Store
+    workers: Workers
+    ids: dict[str, str]  # job id -> target
+    out: Path
+
+    def sending(self, pid: int) -> Any:
+        """A check: the worker `pid` has sent 20 at-most-once rows."""
+
+        async def check() -> bool:
+            sent = [d for d in deliveries(self.out) if d["pid"] == pid]
+            return sum(d["target"] == "mp:amo" for d in sent) >= 20
+
+        return check
+
+    async def drain(self) -> dict[str, Job]:
+        """Wait until every row was delivered or is DEAD; the rows left."""
+
+        async def drained() -> bool:
+            return all(j.status == JobStatus.DEAD for j in await all_jobs(self.store))
+
+        await wait_until(drained, 120, "every row to be delivered or DEAD")
+        return {j.id: j for j in await all_jobs(self.store)}
+
+
+@asynccontextmanager
+async def three_workers(url: str, tmp_path: Path) -> AsyncIterator[Run]:
+    """Three workers split the partitions 21/21/22, then both lanes' rows are enqueued."""
+    out = tmp_path / "out.jsonl"
+    store = open_store(url)
+    await store.open()
+    engine = Engine(store, settings=Settings())
+    multiprocess_app.setup(engine)
+    workers = Workers(url, out, 0.02, **ENV)
+    try:
+        for i in range(3):
+            workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
+        await wait_until(lambda: split(store), 60, "the 21/21/22 split")
+        yield Run(store, workers, await enqueue_all(engine), out)
+    finally:
+        workers.stop_all()
+        await store.close()
+
+
 async def test_a_killed_worker_is_taken_over_well_before_its_leases(
     kind: str, tmp_path: Path
 ) -> None:
-    out = tmp_path / "out.jsonl"
-    async with store_url(kind, tmp_path) as url:
-        store = open_store(url)
-        await store.open()
-        engine = Engine(store, settings=Settings())
-        multiprocess_app.setup(engine)
-        workers = Workers(url, out, 0.02, **ENV)
-        try:
-            for i in range(3):
-                workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
-            await wait_until(lambda: split(store), 60, "the 21/21/22 split")
-            ids = await enqueue_all(engine)
+    async with store_url(kind, tmp_path) as url, three_workers(url, tmp_path) as run:
+        store, workers, ids, out = run.store, run.workers, run.ids, run.out
 
-            async def claimed() -> list[Job]:
-                rows = await all_jobs(store)
-                return [r for r in rows if r.status == JobStatus.RUNNING]
+        async def claimed() -> list[Job]:
+            rows = await all_jobs(store)
+            return [r for r in rows if r.status == JobStatus.RUNNING]
 
-            async def all_claimed() -> bool:
-                return len(await claimed()) == 2 * LONG_ROWS
+        async def all_claimed() -> bool:
+            return len(await claimed()) == 2 * LONG_ROWS
 
-            await wait_until(all_claimed, 30, "the long-lane rows to be claimed")
-            pods = Counter(r.claimed_by for r in await claimed())
-            victim_pod = pods.most_common(1)[0][0]
-            assert victim_pod is not None
-            victim = workers.procs[int(victim_pod[1:])]
-
-            async def sending() -> bool:
-                sent = [d for d in deliveries(out) if d["pid"] == victim.pid]
-                return sum(d["target"] == "mp:amo" for d in sent) >= 20
-
-            await wait_until(sending, 60, "the victim to deliver")
-            partitions = await owned_by(store, victim_pod)
-            claims = {r.id: r.target for r in await claimed() if r.claimed_by == victim_pod}
-            victim.send_signal(signal.SIGKILL)
-            killed_at = time.time()
-            victim.wait(timeout=10)
-
-            async def drained() -> bool:
-                return all(j.status == JobStatus.DEAD for j in await all_jobs(store))
-
-            await wait_until(drained, 120, "every row to be delivered or DEAD")
-            codes = workers.stop_all()
-            assert [c for p, c in zip(workers.procs, codes, strict=True) if p is not victim] == [
-                0,
-                0,
-            ]
-            rows = {j.id: j for j in await all_jobs(store)}
-        finally:
-            workers.stop_all()
-            await store.close()
+        await wait_until(all_claimed, 30, "the long-lane rows to be claimed")
+        victim_pod = Counter(r.claimed_by for r in await claimed()).most_common(1)[0][0]
+        assert victim_pod is not None
+        victim = workers.procs[int(victim_pod[1:])]
+        await wait_until(run.sending(victim.pid), 60, "the victim to deliver")
+        partitions = await owned_by(store, victim_pod)
+        claims = {r.id: r.target for r in await claimed() if r.claimed_by == victim_pod}
+        victim.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        victim.wait(timeout=10)
+        rows = await run.drain()
+        codes = workers.stop_all()
+        assert [c for p, c in zip(workers.procs, codes, strict=True) if p is not victim] == [0, 0]
 
     seen = deliveries(out)
     assert partitions and claims
@@ -254,29 +275,15 @@ async def test_a_worker_whose_liveness_session_ends_stops_before_it_is_taken_ove
 
     if pg_bin() is None:
         pytest.skip("PostgreSQL server binaries (initdb) are not installed")
-    out = tmp_path / "out.jsonl"
     async with private_cluster() as cluster:
         async with await psycopg.AsyncConnection.connect(cluster.dsn, autocommit=True) as admin:
             await admin.execute("CREATE ROLE worker LOGIN")
             await admin.execute("CREATE DATABASE drop_test OWNER worker")
         url = f"postgresql://worker@127.0.0.1:{cluster.port}/drop_test"
-        store = open_store(url)
-        await store.open()
-        engine = Engine(store, settings=Settings())
-        multiprocess_app.setup(engine)
-        workers = Workers(url, out, 0.02, **ENV)
-        try:
-            for i in range(3):
-                workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
-            await wait_until(lambda: split(store), 60, "the 21/21/22 split")
-            ids = await enqueue_all(engine)
+        async with three_workers(url, tmp_path) as run:
+            store, workers, ids, out = run.store, run.workers, run.ids, run.out
             victim = workers.procs[0]
-
-            async def sending() -> bool:
-                sent = [d for d in deliveries(out) if d["pid"] == victim.pid]
-                return sum(d["target"] == "mp:amo" for d in sent) >= 20
-
-            await wait_until(sending, 60, "the victim to deliver")
+            await wait_until(run.sending(victim.pid), 60, "the victim to deliver")
             partitions = await owned_by(store, "w0")
             key = token_key("jobledger", "w0")
             async with await psycopg.AsyncConnection.connect(
@@ -301,16 +308,8 @@ async def test_a_worker_whose_liveness_session_ends_stops_before_it_is_taken_ove
                 await asyncio.sleep(2.0)  # the new owners send; the victim cannot connect
                 await admin.execute("ALTER ROLE worker CONNECTION LIMIT -1")
                 released_at = time.time()
-
-            async def drained() -> bool:
-                return all(j.status == JobStatus.DEAD for j in await all_jobs(store))
-
-            await wait_until(drained, 120, "every row to be delivered or DEAD")
+            rows = await run.drain()  # the victim took its token back and joined again
             assert workers.stop_all() == [0, 0, 0]
-            rows = {j.id: j for j in await all_jobs(store)}
-        finally:
-            workers.stop_all()
-            await store.close()
 
     seen = deliveries(out)
     dead = check_deliveries(seen, ids, rows)

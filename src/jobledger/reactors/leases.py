@@ -276,10 +276,6 @@ class PartitionLeases:
             if not gone:
                 logger.info("pods %s hold their liveness tokens again", dead)
                 return
-            self.takeovers = [
-                *self.takeovers[-99:],
-                Takeover(tuple(gone), found, now, tuple(taken), len(rows)),
-            ]
             logger.log(
                 logging.WARNING if taken or rows else logging.INFO,
                 "pod %s took over dead pods %s: %d partitions, %d long-lane claims",
@@ -291,6 +287,10 @@ class PartitionLeases:
             if taken:
                 await self._give(taken, until, new=True)
             self.observers.partitions_owned(self.pod, len(self.owned))
+            self.takeovers = [
+                *self.takeovers[-99:],
+                Takeover(tuple(gone), found, now, tuple(taken), len(rows)),
+            ]
 
     async def _renewed(self, held_list: list[int], until: datetime) -> None:
         if not self.owned:

@@ -29,12 +29,17 @@ def token(store: Store, pod: str) -> Liveness:
     return found
 
 
+async def holding(store: Store, pod: str) -> Liveness:
+    """`pod`'s token, held."""
+    found = token(store, pod)
+    await found.hold()
+    return found
+
+
 async def test_a_token_given_up_is_found_dead_and_one_held_is_not(store: Store, kit: Kit) -> None:
-    a = token(store, "pod-a")
-    await a.hold()
+    a = await holding(store, "pod-a")
     async with kit.peer(store) as peer:
-        b = token(peer, "pod-b")
-        await b.hold()
+        b = await holding(peer, "pod-b")
         async with b.confirmed(["pod-a"]) as gone:
             assert gone == []
         watch = asyncio.create_task(b.wait_dead(["pod-a"]))
@@ -48,8 +53,7 @@ async def test_a_token_given_up_is_found_dead_and_one_held_is_not(store: Store, 
 
 
 async def test_nothing_to_watch_waits_until_cancelled(store: Store) -> None:
-    a = token(store, "pod-a")
-    await a.hold()
+    a = await holding(store, "pod-a")
     watch = asyncio.create_task(a.wait_dead([]))
     done, _ = await asyncio.wait({watch}, timeout=0.3)
     assert not done
@@ -62,12 +66,10 @@ async def test_nothing_to_watch_waits_until_cancelled(store: Store) -> None:
 async def test_a_pod_confirmed_dead_cannot_take_its_token_back_midway(
     store: Store, kit: Kit
 ) -> None:
-    a = token(store, "pod-a")
-    await a.hold()
+    a = await holding(store, "pod-a")
     await a.release()
     async with kit.peer(store) as peer:
-        b = token(peer, "pod-b")
-        await b.hold()
+        b = await holding(peer, "pod-b")
         async with b.confirmed(["pod-a"]) as gone:
             assert gone == ["pod-a"]
             again = asyncio.create_task(a.hold())
@@ -84,8 +86,7 @@ async def test_a_pod_confirmed_dead_cannot_take_its_token_back_midway(
 async def test_a_second_process_under_the_same_pod_id_cannot_hold_it(
     store: Store, kit: Kit
 ) -> None:
-    a = token(store, "pod-a")
-    await a.hold()
+    a = await holding(store, "pod-a")
     async with kit.peer(store) as peer:
         twin = token(peer, "pod-a")
         twin.hold_wait_s = 0.3
@@ -116,12 +117,10 @@ async def test_the_dead_pods_partitions_and_claims_go_to_the_pod_taking_it_over(
         stamp=Stamp(now, SYSTEM, None),
     )
     assert await store.writes.apply([claim]) == [True]
-    a = token(store, "pod-a")
-    await a.hold()
+    a = await holding(store, "pod-a")
     await a.release()
     async with kit.peer(store) as peer:
-        b = token(peer, "pod-b")
-        await b.hold()
+        b = await holding(peer, "pod-b")
         async with b.confirmed(["pod-a"]) as gone:
             taken = await b.take_partitions(gone, "pod-b", now, until)
             claims = await b.claims_of(gone)
