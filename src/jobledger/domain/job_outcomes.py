@@ -1,8 +1,8 @@
-"""The one outcome path of both lanes, pure (reference `JobOutcome`, §4, §5, §6):
-how a run ended (`Result`, `RunResult`), what follows from it (`decide_outcome`), and
-the judgements of rows a run left behind: a fast-lane row in flight at a takeover
-(`take_over`), a long-lane row whose lease expired (`reclaim_expired`), a run whose
-outcome lost to another's (`redelivered`).
+"""The one outcome path of both lanes, pure: how a run ended (`Result`, `RunResult`),
+what follows from it (`decide_outcome`), and the judgements of rows a run left behind:
+a fast-lane row in flight at a takeover (`take_over`), a long-lane row whose pod died
+(`claim_of_dead_pod`) or whose lease expired (`reclaim_expired`), a run whose outcome
+lost to another's (`redelivered`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from jobledger.domain.timeutil import iso
 
 
 class Result(enum.StrEnum):
-    """How one run ended, as the handler signalled it (reference §4 handler errors)."""
+    """How one run ended, as the handler signalled it (returned, or which error it raised)."""
 
     OK = "ok"
     ANSWERED = "answered"  # any ordinary exception
@@ -70,7 +70,7 @@ class Outcome:
 
 
 def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp) -> Outcome:
-    """Reference §5/§6: one function for both lanes.
+    """The outcome of a run, one function for both lanes.
 
     ok → succeeded (leaves the queue); answered → attempts + 1 and backoff, DEAD at the
     max; unreachable → no attempt spent, target paused; unknown → at-most-once DEAD (and
@@ -152,7 +152,8 @@ def redelivered(
 
 
 def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
-    """A fast-lane row left in flight by a dead or stalled owner (reference §9)."""
+    """A fast-lane row left in flight by a dead or stalled owner: at-most-once → DEAD
+    (the send may have happened), at-least-once → requeued (sent again)."""
     if mode == DeliveryMode.AT_MOST_ONCE:
         return dead_outcome(
             job, stamp, "in flight when its partition was taken over", job.last_error, job.attempts

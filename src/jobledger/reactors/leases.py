@@ -1,5 +1,4 @@
-"""Partition leases: which pod runs which fast-lane partition (reference
-partition_lease.service.ts, §6 "Partition lease heartbeat", §9), and the takeover of a
+"""Partition leases: which pod runs which fast-lane partition, and the takeover of a
 pod that died.
 
 Every `heartbeat_s` a pod writes its liveness row, renews the leases it holds
@@ -60,7 +59,7 @@ def death_grace_s(lease_s: float) -> float:
 
 
 def make_pod_id() -> str:
-    """hostname:pid:uuid8 (reference partition_lease.service.ts:11)."""
+    """hostname:pid:uuid8: the host and process a pod runs in, and 8 hex digits."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 

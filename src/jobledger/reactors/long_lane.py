@@ -1,4 +1,4 @@
-"""The long lane: handlers that take minutes (reference long_lane.worker.ts, §6, §9).
+"""The long lane: handlers that take minutes.
 
 A reserve takes up to `long_batch` rows under one claim token (`job_commands.claim`) with a
 `long_lease_s` lease; rows RUNNING past their lease are taken back through
@@ -8,7 +8,9 @@ whose heartbeat renews the lease every `long_heartbeat_s`, so a 7-minute run is 
 reclaimed. Exclusive targets (every schedule) have at most one RUNNING row per code
 across pods: the reserve skips live `running_codes`, and the store's uniqueness on
 `running_code` settles races. Every write is a compare-and-set on the row, so a pod
-whose claim was taken over cannot write a stale outcome.
+whose claim was taken over cannot write a stale outcome. The claims of a pod that died
+are taken over at once by the pod that finds its liveness token free
+(`take_over_claims`, decisions D57), and a pod without its token claims nothing.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class LongLane:
         passed: every write of a row wakes the lane, so only a lost wake-up can have
         hidden a row since, and then a row due in the future is found by a later safety
         poll (at most one poll late) instead of by its own timer. An idle pod so sends
-        one statement per safety poll instead of two (issue 21).
+        one statement per safety poll instead of two.
         """
         timeout = safety_poll_s(self.settings.safety_poll_s)
         if self.event.is_set():
