@@ -198,7 +198,7 @@ async def one_round(kind: str, side: str, src: str | None, wait_long: bool, work
             async def marked() -> bool:  # the kill lands while an at-most-once row is sent
                 return any(j.inflight_token and j.claimed_by == pod for j in await all_jobs(store))
 
-            await until(marked, 30)
+            in_flight = await until(marked, 30)
             victim.send_signal(signal.SIGKILL)
             killed = time.time()
             victim.wait(timeout=10)
@@ -216,17 +216,21 @@ async def one_round(kind: str, side: str, src: str | None, wait_long: bool, work
                 return False
 
             await until(fast, 90)
-            if result.fast is not None and result.fast < 20:
-                await asyncio.sleep(2.0)  # verdicts written in the takeover's commit
-            dead = [
-                j.closed_at.timestamp() - killed
-                for j in await all_jobs(store)
-                if j.status == JobStatus.DEAD
-                and j.closed_at
-                and j.partition in partitions
-                and j.target == "mp:amo"
-            ]
-            result.dead = min(dead) if dead else None
+
+            async def dead() -> bool:  # the takeover of each partition writes its verdicts
+                found = [
+                    j.closed_at.timestamp() - killed
+                    for j in await all_jobs(store)
+                    if j.status == JobStatus.DEAD
+                    and j.closed_at
+                    and j.partition in partitions
+                    and j.target == "mp:amo"
+                ]
+                result.dead = min(found) if found else None
+                return bool(found)
+
+            if in_flight:
+                await until(dead, 60)
 
             async def long() -> bool:
                 reruns = [
