@@ -142,8 +142,17 @@ class PartitionLeases:
         A first beat that fails once the store answered the seeding (a backend terminated
         or a restart under way) does not fail the pod's start: the heartbeat loop beats
         again (every step of a beat is safe to repeat), as after any beat that failed."""
-        await self.store.coordination.seed_partitions(self.partitions)
+        holding = None  # the token's connection opens while the rows are seeded
+        if self.liveness is not None:
+            holding = asyncio.ensure_future(self.liveness.hold())
         try:
+            await self.store.coordination.seed_partitions(self.partitions)
+        except BaseException:
+            await cancel_and_wait(holding)
+            raise
+        try:
+            if holding is not None:
+                await holding
             await self.tick()
         except Exception:
             logger.exception("the first partition lease heartbeat failed; retrying next beat")
