@@ -108,10 +108,12 @@ class Summary:
         )
 
     def takeover_line(self) -> str:
+        """max / median (kills): each kill's, in kill order."""
         times = sorted(self.takeover_s)
         if not times:
             return "-"
-        return f"{times[-1]:.1f} / {times[len(times) // 2]:.1f} ({len(times)})"
+        each = " ".join(f"{t:.1f}" for t in self.takeover_s)
+        return f"{times[-1]:.1f} / {times[len(times) // 2]:.1f} ({len(times)}): {each}"
 
     def problem(self, text: str) -> None:
         if len(self.problems) < 50:
@@ -174,7 +176,7 @@ class Summary:
             ("projection diffs (replay)", self.projection_diffs),
             ("hash-chain problems", self.chain_problems),
             ("recovery after a fault: max / median s", recovery or "-"),
-            ("takeover after a kill: max / median s (kills)", self.takeover_line()),
+            ("takeover after a kill: max / median s (kills): each", self.takeover_line()),
             ("wall time (s)", f"{self.wall_s:.0f}"),
             ("drain after the last enqueue (s)", f"{self.drain_s:.0f}"),
             ("problems", len(self.problems) + self.hidden_problems),
