@@ -78,7 +78,7 @@ class PartitionListener(Protocol):
 
 class ClaimListener(Protocol):
     """The long lane, as the lease keeper sees it: the claims of dead pods; it claims
-    nothing while `may_claim()` is false (this pod's token is lost)."""
+    nothing while `may_claim()` is false (this pod's token is lost, not yet taken back)."""
 
     may_claim: Callable[[], bool]
 
@@ -124,12 +124,13 @@ class PartitionLeases:
         if self.liveness is not None:
             self.liveness.on_lost = self._token_lost
             if claims is not None:
-                claims.may_claim = self._token_held
+                claims.may_claim = self._token_kept
         self.grace_s = death_grace_s(settings.partition_lease_s)
         #: the other pods whose tokens the watch looks at (the last beat's `watched`)
         self.watched: frozenset[str] = frozenset()
         self._watched_changed = asyncio.Event()
         self._lock = asyncio.Lock()  # a beat and a takeover never interleave
+        self._lost = False  # the token was lost and not taken back yet
         self.takeovers: list[Takeover] = []  # the last 100
 
     @property
@@ -183,6 +184,12 @@ class PartitionLeases:
     def _token_held(self) -> bool:
         return self.liveness is None or self.liveness.held
 
+    def _token_kept(self) -> bool:
+        """Not lost since it was last held: the long lane may claim rows. A token never
+        taken yet (a first hold that failed) advertises nothing, so no pod takes this
+        one over by it, and its claims wait for their leases as before."""
+        return not self._lost
+
     async def tick(self) -> None:
         """One heartbeat (one `store.coordination.beat`: liveness, renewals, the live pods and the
         lease rows), then rebalance toward the fair share. Without its token (lost, or
@@ -192,8 +199,9 @@ class PartitionLeases:
             if not self._token_held():
                 assert self.liveness is not None
                 await self.liveness.hold()
-                if self.claims is not None:
+                if self._lost and self.claims is not None:
                     self.claims.wake()  # it claimed nothing while the token was lost
+                self._lost = False
             now = self.clock.now()
             until = now + timedelta(seconds=self.settings.partition_lease_s)
             since = now - timedelta(seconds=self.settings.worker_live_s)
@@ -230,6 +238,7 @@ class PartitionLeases:
         logger.warning(
             "pod %s lost its liveness token: suspending %d partitions", self.pod, len(self.owned)
         )
+        self._lost = True
         self.listener.suspend(sorted(self.owned))
         self._beat_now.set()
 

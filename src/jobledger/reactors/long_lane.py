@@ -64,8 +64,8 @@ class LongLane:
         self._looked_at = datetime.min.replace(tzinfo=UTC)
         #: the earliest due PENDING row when `next_due` was last read
         self._due: datetime | None = None
-        #: whether the pod may claim rows now: not while its liveness token is lost
-        #: (`PartitionLeases` sets it), when a takeover may requeue what it claims
+        #: whether the pod may claim rows now: not while its liveness token is lost and
+        #: not taken back (`PartitionLeases` sets it): a takeover may requeue its claims
         self.may_claim: Callable[[], bool] = lambda: True
 
     # --- life cycle --------------------------------------------------------------------
