@@ -10,7 +10,8 @@ across pods: the reserve skips live `running_codes`, and the store's uniqueness 
 `running_code` settles races. Every write is a compare-and-set on the row, so a pod
 whose claim was taken over cannot write a stale outcome. The claims of a pod that died
 are taken over at once by the pod that finds its liveness token free
-(`take_over_claims`, decisions D57), and a pod without its token claims nothing.
+(`take_over_claims`, decisions D57), and a pod that lost its token claims nothing
+until it has it back.
 """
 
 from __future__ import annotations
