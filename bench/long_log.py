@@ -38,13 +38,13 @@ from typing import Any
 import httpx
 import psycopg
 
-from jobledger.admin import JobAdmin
+from jobledger.admin.jobs import JobAdmin
 from jobledger.config.api_keys import parse_api_keys
 from jobledger.core.clock import FakeClock
 from jobledger.engine import Engine
 from jobledger.http.app import create_app
 from jobledger.http.auth import ApiKeys
-from jobledger.http.dashboard import RANGES, dashboard
+from jobledger.http.queries.dashboard_numbers import RANGES, dashboard
 from jobledger.http.services import Services
 from jobledger.projections.stats import catch_up_stats, read_stats
 from jobledger.storage.port import Store

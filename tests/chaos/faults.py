@@ -74,9 +74,11 @@ class Faults:
         database: str,
         summary: Summary,
         proxy: LoopbackProxy | None = None,
+        store: Store | None = None,
     ) -> None:
         self.config = config
         self.proxy = proxy
+        self.store = store  # the lease rows a kill's victim held (per-kill takeover)
         self.workers = workers
         self.broker = broker
         self.recorder = recorder
@@ -153,13 +155,31 @@ class Faults:
                     self.summary.problem(f"worker {name} exited with {proc.returncode}")
                 self.spawn()
 
+    async def held_by(self, pod: str) -> frozenset[int]:
+        """The partitions whose live lease `pod` holds (none when the read fails)."""
+        if self.store is None:
+            return frozenset()
+        try:
+            leases = await self.store.coordination.leases()
+        except Exception as exc:  # the store restarting: this kill measures no takeover
+            logger.info("lease read before a kill failed: %r", exc)
+            return frozenset()
+        t = now()
+        return frozenset(
+            lease.partition
+            for lease in leases
+            if lease.owner == pod and lease.lease_until is not None and lease.lease_until > t
+        )
+
     async def kill_one(self) -> None:
         victim = self.rng.choice(self.live())
+        name = self.names[victim.pid]
+        partitions = await self.held_by(name)
         self.killed.add(victim.pid)
         at = now()
         victim.send_signal(signal.SIGKILL)
         await asyncio.to_thread(victim.wait, 10)
-        self.hits.append(FaultHit("kill", at, now(), frozenset({self.names[victim.pid]})))
+        self.hits.append(FaultHit("kill", at, now(), frozenset({name}), partitions))
         self.summary.kills += 1
         self.spawn()
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from jobledger.config.settings import Settings
 from jobledger.domain.jobs import JobStatus, NewJob
+from jobledger.domain.policies import partition_of
 from jobledger.engine import Engine
 from jobledger.projections.audit import verify_log
 from jobledger.projections.replay import replay
@@ -265,6 +266,25 @@ def v3_would_miss(
         )
 
 
+def takeover_times(hits: list[FaultHit], acks: list[Ack], records: list[Delivered]) -> list[float]:
+    """Per kill whose victim held partitions: the time from the kill to the first record
+    of one of those partitions that a surviving worker sent (its acknowledgement, logged
+    by the sender, after the victim was gone). A kill after which none of its partitions
+    had anything to send measures nothing."""
+    keys = {r.event_id: r.key for r in records if r.event_id is not None}
+    sent = sorted((ack.at, partition_of(keys[ack.job], ack.job)) for ack in acks if ack.job in keys)
+    times: list[float] = []
+    for hit in hits:
+        if hit.name != "kill" or not hit.partitions:
+            continue
+        gone = hit.until.timestamp()
+        start = bisect.bisect_right(sent, (gone, 64))
+        first = next((at for at, p in sent[start:] if p in hit.partitions), None)
+        if first is not None:
+            times.append(first - hit.at.timestamp())
+    return times
+
+
 def recovery_times(hits: list[FaultHit], records: list[Delivered]) -> dict[str, list[float]]:
     """For each fault, by kind: the time from its end to the next record read from the
     topics."""
@@ -295,7 +315,7 @@ async def _run(
         engine = Engine(store, settings=Settings(kafka_bootstrap=proxy.bootstrap))
         chaos_app.setup(engine)
         recorder = Recorder(proxy.bootstrap)
-        faults = Faults(config, workers, broker, recorder, cluster, database, summary, proxy)
+        faults = Faults(config, workers, broker, recorder, cluster, database, summary, proxy, store)
         driver: asyncio.Task[float] | None = None
         try:
             await create_business_table(store)
@@ -341,6 +361,7 @@ async def _run(
             )
             v3_would_miss(summary, faults.v3_settled, recorder.records, acks)
             summary.recovery_s = recovery_times(faults.hits, recorder.records)
+            summary.takeover_s = takeover_times(faults.hits, acks, recorder.records)
             report = await replay(store)
             summary.projection_diffs = len(report.differences) + len(report.problems)
             for line in report.lines()[1:-1]:

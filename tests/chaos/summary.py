@@ -20,6 +20,8 @@ class FaultHit:
     at: datetime
     until: datetime
     pods: frozenset[str] | None = None
+    #: a kill's victim's partitions, as the lease rows said just before it
+    partitions: frozenset[int] = frozenset()
 
     def hits(self, pod: str | None) -> bool:
         return self.pods is None or (pod is not None and pod in self.pods)
@@ -76,6 +78,8 @@ class Summary:
     recovery_s: dict[str, list[float]] = field(
         default_factory=dict
     )  # by fault kind: end -> next record
+    #: per kill: the kill -> the first record of the victim's partitions a survivor sent
+    takeover_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     drain_s: float = 0.0
     evidence: str | None = None  # folder kept when the run failed
@@ -102,6 +106,14 @@ class Summary:
             or self.jobs == 0
             or self.enqueued == 0
         )
+
+    def takeover_line(self) -> str:
+        """max / median (kills): each kill's, in kill order."""
+        times = sorted(self.takeover_s)
+        if not times:
+            return "-"
+        each = " ".join(f"{t:.1f}" for t in self.takeover_s)
+        return f"{times[-1]:.1f} / {times[len(times) // 2]:.1f} ({len(times)}): {each}"
 
     def problem(self, text: str) -> None:
         if len(self.problems) < 50:
@@ -164,6 +176,7 @@ class Summary:
             ("projection diffs (replay)", self.projection_diffs),
             ("hash-chain problems", self.chain_problems),
             ("recovery after a fault: max / median s", recovery or "-"),
+            ("takeover after a kill: max / median s (kills): each", self.takeover_line()),
             ("wall time (s)", f"{self.wall_s:.0f}"),
             ("drain after the last enqueue (s)", f"{self.drain_s:.0f}"),
             ("problems", len(self.problems) + self.hidden_problems),

@@ -12,13 +12,14 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from jobledger.domain.events import EventType
+from jobledger.domain.policies import partition_of
 from jobledger.storage.memory import MemoryStore
 from jobledger.storage.memory.coordination import MemoryCoordination
 from tests.chaos import app
 from tests.chaos.acks import NO_ACK, NOT_READ, OVERWRITTEN, Ack, AckIndex, load_acks
 from tests.chaos.checks import JobTrail, analyse
 from tests.chaos.faults import Faults
-from tests.chaos.harness import Config, recovery_times, v3_would_miss
+from tests.chaos.harness import Config, recovery_times, takeover_times, v3_would_miss
 from tests.chaos.record import Delivered
 from tests.chaos.summary import FaultHit, Summary
 from tests.integration.test_multiprocess_lanes import Workers
@@ -300,6 +301,23 @@ def test_recovery_is_measured_per_fault_kind() -> None:
         "kill": [0.45, 0.2],  # each kill ends 50 ms after it starts
         "broker outage": [3.0],
     }
+
+
+def test_takeover_is_the_first_record_of_the_victims_partitions_after_the_kill() -> None:
+    """Measured from the survivors' acknowledgements: a record of another partition, or
+    one acknowledged before the victim was gone, does not count."""
+    mine, other = partition_of("k0", "x"), partition_of("k1", "x")
+    assert mine != other
+    hit = dataclasses.replace(kill("w1", 1.0), partitions=frozenset({mine}))
+    records = [record("a1", base()["a1"], 0), record("b1", base()["b1"], 1)]
+    t0 = T0.timestamp()
+    acks = [
+        Ack("a1", app.AMO_TOPIC, 0, 0, at=t0 + 1.01),  # before the victim was gone
+        Ack("b1", app.ALO_TOPIC, 0, 1, at=t0 + 1.2),  # another partition
+        Ack("a1", app.AMO_TOPIC, 0, 0, at=t0 + 1.7),
+    ]
+    assert [round(t, 2) for t in takeover_times([hit], acks, records)] == [0.7]
+    assert takeover_times([kill("w1", 1.0)], acks, records) == []  # no partitions read
 
 
 def test_what_the_v3_quiesce_would_have_missed_is_measured() -> None:

@@ -1,7 +1,8 @@
 """The `--app` of the multi-process lane tests: targets whose handlers append one line
 per delivery to the file named by LANES_OUT (O_APPEND: lines never interleave).
 
-LANES_DELAY_S makes each delivery take that long (an await). LANES_STALL=<seconds>@<n>
+LANES_DELAY_S makes each delivery take that long (an await), LANES_LONG_DELAY_S each
+long-lane run (LANES_DELAY_S when unset). LANES_STALL=<seconds>@<n>
 stalls the whole process once, at its n-th delivery, with a blocking sleep: the event
 loop stops as in a long GC pause or a starved CPU, so the heartbeat cannot renew the
 partition leases and other workers take them over while this one is mid-round."""
@@ -29,6 +30,8 @@ def _record(job: Job) -> None:
                 "target": job.target,
                 "key": job.key,
                 "version": job.version,
+                "partition": job.partition,
+                "lane": job.lane.value,
                 "t": time.time(),
             }
         )
@@ -59,7 +62,14 @@ async def deliver(job: Job) -> None:
         await asyncio.sleep(delay)
 
 
+async def run_long(job: Job) -> None:
+    _record(job)
+    await asyncio.sleep(float(os.environ.get("LANES_LONG_DELAY_S", "0")))
+
+
 def setup(engine: Any) -> None:
+    long = run_long if "LANES_LONG_DELAY_S" in os.environ else deliver
     engine.targets.register("mp:amo", "fast", deliver, delivery_mode="at_most_once")
     engine.targets.register("mp:alo", "fast", deliver, delivery_mode="at_least_once")
-    engine.targets.register("mp:long", "long", deliver, delivery_mode="at_least_once")
+    engine.targets.register("mp:long", "long", long, delivery_mode="at_least_once")
+    engine.targets.register("mp:long_amo", "long", long, delivery_mode="at_most_once")

@@ -1,8 +1,8 @@
-"""The one outcome path of both lanes, pure:
-how a run ended (`Result`, `RunResult`), what follows from it (`decide_outcome`), and
-the judgements of rows a run left behind: a fast-lane row in flight at a takeover
-(`take_over`), a long-lane row whose lease expired (`reclaim_expired`), a run whose
-outcome lost to another's (`redelivered`).
+"""The one outcome path of both lanes, pure: how a run ended (`Result`, `RunResult`),
+what follows from it (`decide_outcome`), and the judgements of rows a run left behind:
+a fast-lane row in flight at a takeover (`take_over`), a long-lane row whose pod died
+(`claim_of_dead_pod`) or whose lease expired (`reclaim_expired`), a run whose outcome
+lost to another's (`redelivered`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from jobledger.domain.timeutil import iso
 
 
 class Result(enum.StrEnum):
-    """How one run ended, as the handler signalled it (a return or one of the handler
-    signals: `TargetUnreachable`, `TargetOutcomeUnknown`, `DeadNow`, `SkipRun`)."""
+    """How one run ended, as the handler signalled it (returned, or which error it raised)."""
 
     OK = "ok"
     ANSWERED = "answered"  # any ordinary exception
@@ -71,7 +70,7 @@ class Outcome:
 
 
 def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp) -> Outcome:
-    """The outcome of one run: one function for both lanes.
+    """The outcome of a run, one function for both lanes.
 
     ok → succeeded (leaves the queue); answered → attempts + 1 and backoff, DEAD at the
     max; unreachable → no attempt spent, target paused; unknown → at-most-once DEAD (and
@@ -153,8 +152,8 @@ def redelivered(
 
 
 def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
-    """A fast-lane row left in flight by a dead or stalled owner: at-most-once rows go
-    DEAD (the send may have happened), at-least-once rows are requeued."""
+    """A fast-lane row left in flight by a dead or stalled owner: at-most-once → DEAD
+    (the send may have happened), at-least-once → requeued (sent again)."""
     if mode == DeliveryMode.AT_MOST_ONCE:
         return dead_outcome(
             job, stamp, "in flight when its partition was taken over", job.last_error, job.attempts
@@ -163,6 +162,23 @@ def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
         "reason": "in flight when its partition was taken over",
         "token": job.inflight_token,
     }
+    return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
+
+
+def claim_of_dead_pod(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
+    """Long lane: a RUNNING row whose pod died (its liveness token is free) before the
+    row's lease ran out. at-most-once → DEAD, since the run may have finished its side
+    effect, as `reclaim_expired` decides; at-least-once → requeued (PENDING, the claim
+    dropped), to run again from the start through the next reserve of any pod."""
+    if mode == DeliveryMode.AT_MOST_ONCE:
+        return dead_outcome(
+            job,
+            stamp,
+            "its pod died while running; the run may have finished",
+            job.last_error,
+            job.attempts,
+        )
+    requeued = {"reason": "its pod died while running", "token": job.claim_token}
     return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
 
 

@@ -179,6 +179,13 @@ class FastLane:
         worker = self.workers.get(partition)
         return worker is not None and worker.busy
 
+    def suspend(self, partitions: Iterable[int]) -> None:
+        """No send starts from `partitions` any more: their workers' leases end now, so
+        each stops at its next send (`_may_send`) and the next renewal restarts it."""
+        for partition in partitions:
+            if (worker := self.workers.get(partition)) is not None:
+                worker.lease_until = self.clock.now()
+
     # --- wake-ups ------------------------------------------------------------------------
     def wake(self, partitions: Iterable[int] | None, jobs: Sequence[Job] = ()) -> None:
         """Wake the workers of `partitions` (None: all), handing each the new rows of

@@ -1,4 +1,4 @@
-"""The long lane: handlers that take minutes (reference long_lane.worker.ts, §6, §9).
+"""The long lane: handlers that take minutes.
 
 A reserve takes up to `long_batch` rows under one claim token (`job_commands.claim`) with a
 `long_lease_s` lease; rows RUNNING past their lease are taken back through
@@ -8,7 +8,10 @@ whose heartbeat renews the lease every `long_heartbeat_s`, so a 7-minute run is 
 reclaimed. Exclusive targets (every schedule) have at most one RUNNING row per code
 across pods: the reserve skips live `running_codes`, and the store's uniqueness on
 `running_code` settles races. Every write is a compare-and-set on the row, so a pod
-whose claim was taken over cannot write a stale outcome.
+whose claim was taken over cannot write a stale outcome. The claims of a pod that died
+are taken over at once by the pod that finds its liveness token free
+(`take_over_claims`, decisions D57), and a pod that lost its token claims nothing
+until it has it back.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -61,6 +65,9 @@ class LongLane:
         self._looked_at = datetime.min.replace(tzinfo=UTC)
         #: the earliest due PENDING row when `next_due` was last read
         self._due: datetime | None = None
+        #: whether the pod may claim rows now: not while its liveness token is lost and
+        #: not taken back (`PartitionLeases` sets it): a takeover may requeue its claims
+        self.may_claim: Callable[[], bool] = lambda: True
 
     # --- life cycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -112,7 +119,7 @@ class LongLane:
         passed: every write of a row wakes the lane, so only a lost wake-up can have
         hidden a row since, and then a row due in the future is found by a later safety
         poll (at most one poll late) instead of by its own timer. An idle pod so sends
-        one statement per safety poll instead of two (issue 21).
+        one statement per safety poll instead of two.
         """
         timeout = safety_poll_s(self.settings.safety_poll_s)
         if self.event.is_set():
@@ -154,7 +161,7 @@ class LongLane:
         """Claim up to `long_batch` rows under one token; the rows now RUNNING here."""
         now = self._looked_at = self.clock.now()
         room = min(self.settings.long_batch, self.max_running - len(self.current))
-        if room <= 0 or self.stopping:
+        if room <= 0 or self.stopping or not self.may_claim():
             return []
         candidates = await self.store.queue.long_candidates(
             now, limit=self.settings.long_batch * CANDIDATE_FACTOR
@@ -214,6 +221,30 @@ class LongLane:
             self.current[row.id] = row
             claimed.append(row)
         return claimed
+
+    async def take_over_claims(self, rows: Sequence[Job]) -> None:
+        """The rows a dead pod was running (`Liveness.claims_of`; its token is free):
+        at-least-once → requeued for the next reserve of any pod, at-most-once → DEAD,
+        as when their lease runs out (`job_outcomes.claim_of_dead_pod`), but now."""
+        decided: list[tuple[Job, Outcome]] = []
+        for job in rows:
+            target = self.engine.targets.find(job.target)
+            if target is None:
+                logger.warning(
+                    "claim of job %s: target %s is not registered here", job.id, job.target
+                )
+                continue
+            stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
+            decided.append((job, job_outcomes.claim_of_dead_pod(job, target.delivery_mode, stamp)))
+        flags = await self.store.writes.apply([o.change for _, o in decided]) if decided else []
+        for (job, outcome), ok in zip(decided, flags, strict=True):
+            if ok:
+                self.outcomes.log_run(job, outcome.label, 0.0, job.attempts, job.last_error)
+                if outcome.dead:
+                    self.outcomes.dead(
+                        job, "its pod died while running; the run may have finished", job.last_error
+                    )
+        self.event.set()  # requeued rows are due: look again
 
     # --- running a batch -------------------------------------------------------------------
     def start_batch(self, rows: list[Job]) -> asyncio.Task[None]:

@@ -74,7 +74,7 @@ class Runtime:
         self.fast = FastLane(engine, self.pod, self.outcomes, self.committer)
         self.long = LongLane(engine, self.pod, self.outcomes)
         self.leases = PartitionLeases(
-            engine.store, engine.clock, settings, self.pod, self.fast, engine.observers
+            engine.store, engine.clock, settings, self.pod, self.fast, engine.observers, self.long
         )
         self.started = False
         self._tasks: list[asyncio.Task[None]] = []

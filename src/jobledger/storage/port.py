@@ -29,7 +29,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,7 @@ from jobledger.domain.events import Event
 from jobledger.domain.jobs import Change, Job, JobStatus, Lane
 from jobledger.domain.schedules.row import Schedule
 from jobledger.storage.feed import Subscription
+from jobledger.storage.liveness import Liveness
 
 # the handle `Writes.transaction()` yields, and the helpers every adapter's write path uses
 from jobledger.storage.transaction import Transaction as Transaction
@@ -79,6 +80,8 @@ class Beat:
     held: list[int]  # of the partitions it renewed, those it still holds
     live: list[str]  # pods whose heartbeat is newer than `live_since`
     leases: list[PartitionLease]  # every lease row, after the renewal
+    #: of `live`, the pods that advertise a liveness token (`Coordination.liveness`)
+    watched: list[str] = field(default_factory=list)
 
 
 class Writes(abc.ABC):
@@ -195,6 +198,11 @@ class QueueReads(abc.ABC):
 
 class Coordination(abc.ABC):
     """Partition leases and pod liveness: plain compare-and-set rows, no events."""
+
+    def liveness(self, pod: str) -> Liveness | None:
+        """`pod`'s liveness token (`storage.liveness`), or None when this store has none:
+        its pods are then taken over when their leases expire."""
+        return None
 
     @abc.abstractmethod
     async def seed_partitions(self, count: int) -> None:

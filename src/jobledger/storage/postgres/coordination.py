@@ -1,6 +1,7 @@
 """Coordination rows of the PostgreSQL store: partition leases and pod liveness (plain
 compare-and-set rows, no events; see `reactors.leases`). A heartbeat and a takeover are
-one statement each (`beat`, `take_partitions`)."""
+one statement each (`beat`, `take_partitions`). A pod's liveness token, which the server
+gives up the moment the pod's session ends, is in `liveness.py`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime
 
 from jobledger.storage.port import Beat, Coordination, PartitionLease
 from jobledger.storage.postgres.connections import PgConnections
+from jobledger.storage.postgres.liveness import PgLiveness
 from jobledger.storage.postgres.sql import Statements
 from jobledger.storage.rows import as_utc
 
@@ -17,6 +19,18 @@ class PgCoordination(Coordination):
     def __init__(self, connections: PgConnections, sql: Statements) -> None:
         self.connections = connections
         self.sql = sql
+        self._tokens: dict[str, PgLiveness] = {}
+
+    def liveness(self, pod: str) -> PgLiveness:
+        token = self._tokens.get(pod)
+        if token is None:
+            token = self._tokens[pod] = PgLiveness(self.connections, self.sql, pod)
+        return token
+
+    async def close(self) -> None:
+        """Give up the tokens of this store's pods (the store is closing)."""
+        for token in self._tokens.values():
+            await token.release()
 
     async def seed_partitions(self, count: int) -> None:
         await self.connections.execute(self.sql.seed_partitions, (count,))
@@ -64,15 +78,25 @@ class PgCoordination(Coordination):
         until: datetime,
         live_since: datetime,
     ) -> Beat:
-        """Liveness, renewals, live pods and the lease rows in one statement."""
+        """Liveness, renewals, live pods and the lease rows in one statement; the
+        heartbeat says whether `pod` holds its liveness token now."""
+        token = self._tokens.get(pod)
         rows = await self.connections.tuples(
             self.sql.beat,
-            {"pod": pod, "now": now, "until": until, "renew": list(renew), "since": live_since},
+            {
+                "pod": pod,
+                "now": now,
+                "until": until,
+                "renew": list(renew),
+                "since": live_since,
+                "token": token is not None and token.held,
+            },
         )
         held = {r[0] for r in rows if r[3]}
         live = list(rows[0][4]) if rows else await self.live_workers(live_since)
+        watched = list(rows[0][6]) if rows else []
         leases = [PartitionLease(r[0], r[1], as_utc(r[2])) for r in rows]
-        return Beat([p for p in renew if p in held], live, leases)
+        return Beat([p for p in renew if p in held], live, leases, watched)
 
     async def take_partitions(
         self, partitions: Sequence[int], pod: str, now: datetime, until: datetime

@@ -179,6 +179,15 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " SELECT id, partition FROM {s}.jobs WHERE inflight_token IS NOT NULL",
         ),
     ),
+    (
+        6,
+        (
+            # Whether the pod holds a liveness token (an advisory lock, see
+            # `liveness.PgLiveness`): only such pods are judged dead by their token;
+            # a pod of an earlier release, which holds none, only by its leases
+            "ALTER TABLE {s}.workers ADD COLUMN liveness boolean NOT NULL DEFAULT false",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -444,6 +444,9 @@ class Statements:
     release_partitions: str
     beat: str
     take_partitions: str
+    # taking over from pods whose liveness token is free (`liveness.PgLiveness`)
+    take_dead: str
+    claims_of: str
     # admin reads
     get_job: str
     get_schedule: str
@@ -680,8 +683,9 @@ ORDER BY position LIMIT %(limit)s""",
         # statement does not see its own CTEs' writes, so they are joined in).
         beat=f"""
 WITH hb AS (
-  INSERT INTO {s}.workers (pod, heartbeat_at) VALUES (%(pod)s, %(now)s)
-  ON CONFLICT (pod) DO UPDATE SET heartbeat_at = excluded.heartbeat_at RETURNING pod
+  INSERT INTO {s}.workers (pod, heartbeat_at, liveness) VALUES (%(pod)s, %(now)s, %(token)s)
+  ON CONFLICT (pod) DO UPDATE
+  SET heartbeat_at = excluded.heartbeat_at, liveness = excluded.liveness RETURNING pod
 ), renewed AS (
   UPDATE {s}.partitions SET lease_until = %(until)s
   WHERE owner = %(pod)s AND partition = ANY(%(renew)s) AND lease_until > %(now)s
@@ -691,7 +695,9 @@ SELECT p.partition, coalesce(r.owner, p.owner), coalesce(r.lease_until, p.lease_
        r.partition IS NOT NULL,
        (SELECT coalesce(array_agg(w.pod ORDER BY w.pod), '{{}}') FROM {s}.workers w
         WHERE w.heartbeat_at > %(since)s),
-       (SELECT count(*) FROM hb)
+       (SELECT count(*) FROM hb),
+       (SELECT coalesce(array_agg(w.pod ORDER BY w.pod), '{{}}') FROM {s}.workers w
+        WHERE w.heartbeat_at > %(since)s AND w.liveness)
 FROM {s}.partitions p LEFT JOIN renewed r USING (partition)
 ORDER BY p.partition""",
         # Rows another pod is updating right now are skipped, not waited for (`SKIP
@@ -706,6 +712,16 @@ WITH free AS (
 )
 UPDATE {s}.partitions p SET owner = %(pod)s, lease_until = %(until)s
 FROM free WHERE p.partition = free.partition RETURNING p.partition""",
+        # A dead pod's partitions, live leases included, and its workers row: it no
+        # longer counts as a live pod, so the fair share is computed without it at once.
+        take_dead=f"""
+WITH gone AS (DELETE FROM {s}.workers WHERE pod = ANY(%(dead)s))
+UPDATE {s}.partitions SET owner = %(pod)s, lease_until = %(until)s
+WHERE owner = ANY(%(dead)s) RETURNING partition""",
+        # through jobs_running_lease (RUNNING rows only)
+        claims_of=f"SELECT {JOB_SELECT} FROM {s}.jobs WHERE status = 'RUNNING'"
+        " AND lease_until IS NOT NULL AND lane = 'long' AND claimed_by = ANY(%(dead)s)"
+        " ORDER BY next_run_at, id",
         get_job=f"SELECT {JOB_SELECT} FROM {s}.jobs WHERE id = %s",
         get_schedule=f"SELECT {SCHEDULE_COLUMNS} FROM {s}.schedules WHERE code = %s",
         list_schedules=f"SELECT {SCHEDULE_COLUMNS} FROM {s}.schedules ORDER BY code",

@@ -87,6 +87,7 @@ class PostgresStore(Store):
             return await schema.migrate(conn, self.schema)
 
     async def close(self) -> None:
+        await self.coordination.close()
         await self._listener.stop()
         self._feed.close()
         await self.connections.close()

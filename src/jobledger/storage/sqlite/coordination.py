@@ -1,23 +1,59 @@
 """Coordination rows of the SQLite store: partition leases and pod liveness (plain
-compare-and-set rows, no events; see `reactors.leases`)."""
+compare-and-set rows, no events; see `reactors.leases`). A pod's liveness token, a file
+lock the kernel gives up when the process exits, is in `liveness.py`."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 
 from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
-from jobledger.storage.port import Coordination, PartitionLease
+from jobledger.storage.port import Beat, Coordination, PartitionLease
 from jobledger.storage.sqlite import sql
 from jobledger.storage.sqlite.connections import Connections
 from jobledger.storage.sqlite.encode import chunks
+from jobledger.storage.sqlite.liveness import SqliteLiveness, advertised, sweep
 
 
 class SqliteCoordination(Coordination):
-    def __init__(self, connections: Connections) -> None:
+    def __init__(self, connections: Connections, tokens: Path | None = None) -> None:
+        """`tokens`: the folder of the pods' liveness tokens (None: no tokens, for a
+        database that is not a plain file)."""
         self.connections = connections
+        self.tokens = tokens
+        self._tokens: dict[str, SqliteLiveness] = {}
+
+    def liveness(self, pod: str) -> SqliteLiveness | None:
+        if self.tokens is None:
+            return None
+        token = self._tokens.get(pod)
+        if token is None:
+            token = self._tokens[pod] = SqliteLiveness(self.connections, self.tokens, pod)
+        return token
+
+    async def close(self) -> None:
+        """Give up the tokens of this store's pods (the store is closing)."""
+        for token in self._tokens.values():
+            await token.release()
+
+    async def beat(
+        self,
+        pod: str,
+        now: datetime,
+        renew: Sequence[int],
+        until: datetime,
+        live_since: datetime,
+    ) -> Beat:
+        """The port's beat, with the live pods that have a token file, and the files of
+        pods long gone swept away."""
+        beat = await super().beat(pod, now, renew, until, live_since)
+        if self.tokens is None or not self.tokens.exists():
+            return beat
+        sweep(self.tokens, [*beat.live, pod])
+        return Beat(beat.held, beat.live, beat.leases, advertised(self.tokens, beat.live))
 
     async def seed_partitions(self, count: int) -> None:
         def work(conn: sqlite3.Connection) -> None:

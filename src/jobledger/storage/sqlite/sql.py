@@ -234,6 +234,29 @@ def release_partitions_sql(count: int) -> str:
     )
 
 
+# --- taking over from pods whose liveness token is free (`liveness.py`) -------------------
+
+
+def remove_workers_sql(count: int) -> str:
+    return f"DELETE FROM workers WHERE pod IN ({marks(count)})"
+
+
+def take_dead_sql(count: int) -> str:
+    """The partitions the dead pods hold, live leases included (owner and until first)."""
+    return (
+        "UPDATE partitions SET owner = ?, lease_until = ?"
+        f' WHERE owner IN ({marks(count)}) RETURNING "partition"'
+    )
+
+
+def claims_of_sql(count: int) -> str:
+    return (
+        f"SELECT {JOB_COLUMNS_SQL} FROM jobs INDEXED BY jobs_running_lease"
+        f" WHERE status = 'RUNNING' AND lane = 'long' AND claimed_by IN ({marks(count)})"
+        " ORDER BY next_run_at, id"
+    )
+
+
 # --- the log (`log.py`) ------------------------------------------------------------------
 
 READ_STREAM = f"{EVENT_SELECT} WHERE stream = ? ORDER BY version"

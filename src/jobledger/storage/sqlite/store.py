@@ -39,6 +39,7 @@ from jobledger.storage.port import Store
 from jobledger.storage.sqlite.admin import SqliteAdmin
 from jobledger.storage.sqlite.connections import Connections
 from jobledger.storage.sqlite.coordination import SqliteCoordination
+from jobledger.storage.sqlite.liveness import token_folder
 from jobledger.storage.sqlite.log import SqliteLog, SqliteRetention
 from jobledger.storage.sqlite.projections import SqliteProjections
 from jobledger.storage.sqlite.queue import SqliteQueue
@@ -86,7 +87,7 @@ class SqliteStore(Store):
         self._feed = LocalFeed(DataVersionWatch(self))
         self.writes = SqliteWrites(connections, self._feed)
         self.queue = SqliteQueue(connections)
-        self.coordination = SqliteCoordination(connections)
+        self.coordination = SqliteCoordination(connections, token_folder(path))
         self.log = SqliteLog(connections)
         self.admin = SqliteAdmin(connections)
         self.retention = SqliteRetention(connections)
@@ -115,6 +116,7 @@ class SqliteStore(Store):
             return await self.connections.w.run(lambda: migrate_schema(conn, now))
 
     async def close(self) -> None:
+        await self.coordination.close()
         await self._stop_watching()
         self._feed.close()
         await self.connections.close()
