@@ -79,7 +79,8 @@ async def enqueue_noops(engine: Engine, jobs: int) -> None:
 
 async def engine_drain(kind: str, tmp: Path, jobs: int, mode: str) -> float:
     async with fresh_store(kind, tmp) as store:
-        engine = Engine(store, settings=Settings())
+        # the collector tuned as `jobledger worker` runs (D29)
+        engine = Engine(store, settings=Settings(gc_freeze=True))
         done = 0
 
         async def noop(job: Job) -> None:
@@ -235,7 +236,8 @@ def _pod_process(dsn: str, schema: str, mode: str, pod: str, ready: Any, go: Any
     async def run() -> None:
         store = PostgresStore(dsn, schema=schema, pool_max=10)
         await store.open()
-        engine = Engine(store, settings=Settings())
+        # the collector tuned as `jobledger worker` runs (D29)
+        engine = Engine(store, settings=Settings(gc_freeze=True))
 
         async def noop(job: Job) -> None:
             return None

@@ -175,7 +175,9 @@ async def engine_run(
     a no-op handler instead of Kafka (the engine's own ceiling on the machine it runs on).
     Returns the run's times and what was left in the queue."""
     async with fresh_store(kind, tmp) as store:
-        engine = Engine(store, settings=Settings(kafka_target_topics=f"{topic}:{mode}"))
+        engine = Engine(
+            store, settings=Settings(kafka_target_topics=f"{topic}:{mode}", gc_freeze=True)
+        )
         target = f"kafka:{topic}"
         kafka = None
         if bootstrap is not None:

@@ -82,7 +82,8 @@ async def enqueue_by(path: str, engine: Engine, conns: dict[str, Any], i: int) -
 async def run(kind: str, samples: int, tmp: Path) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {p: [] for p in PATHS}
     async with fresh_store(kind, tmp) as store:
-        engine = Engine(store, settings=Settings())
+        # the collector tuned as `jobledger worker` runs (D29)
+        engine = Engine(store, settings=Settings(gc_freeze=True))
         arrived = asyncio.Event()
         stamp = [0.0]
 

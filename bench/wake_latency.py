@@ -111,7 +111,8 @@ async def engine_latency(
     for before the handler may run), so both see the same disk; and how long each
     sample's mark statement took."""
     async with fresh_store(kind, tmp) as store:
-        engine = Engine(store, settings=Settings())
+        # the collector tuned as `jobledger worker` runs (D29)
+        engine = Engine(store, settings=Settings(gc_freeze=True))
         if kind != "postgres":
             return await wake_samples(engine, samples, 0.01, "bench", mode), [], []
         import psycopg

@@ -12,8 +12,6 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-import pytest
-
 import jobledger
 
 ROOT = Path(jobledger.__file__).parent
@@ -118,9 +116,6 @@ def test_the_detector_finds_a_cycle_behind_type_checking_and_in_a_function(
     assert cycles(graph) == [["pkg.a", "pkg.sub.b"]]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="cycles in storage/ and reactors/ are removed on other branches"
-)
 def test_the_package_has_no_import_cycle() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)

@@ -94,8 +94,9 @@ async def _serve(
     from jobledger.cli._load import load_app
     from jobledger.config.load import load_settings
     from jobledger.observability.logs import configure_logging
+    from jobledger.reactors import gc_freeze
 
-    settings = load_settings(file=getattr(args, "config", None))
+    settings = gc_freeze.own_process(load_settings(file=getattr(args, "config", None)))
     configure_logging(settings)
     user_app = load_app(args.app) if args.app else App()
     app = user_app.bind(settings, url=getattr(args, "store", None))

@@ -109,9 +109,10 @@ def run(args: argparse.Namespace) -> int:
     from jobledger.cli._load import load_app
     from jobledger.config.load import load_settings
     from jobledger.observability.logs import configure_logging
+    from jobledger.reactors import gc_freeze
     from jobledger.reactors.runtime import wait_for_signal
 
-    settings = load_settings(file=args.config)
+    settings = gc_freeze.own_process(load_settings(file=args.config))
     if args.log_level:
         settings = dataclasses.replace(settings, log_level=str(args.log_level).upper())
     if args.metrics_port is not None:

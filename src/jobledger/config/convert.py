@@ -53,6 +53,13 @@ def as_bool(value: Any) -> bool:
     raise ValueError(f"expected on/off (or true/false, 1/0, yes/no), got {value!r}")
 
 
+def as_opt_bool(value: Any) -> bool | None:
+    """on/off, or None for "auto" (or an empty value): the program decides."""
+    if isinstance(value, str) and value.strip().lower() in {"", "auto"}:
+        return None
+    return as_bool(value)
+
+
 def as_str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")

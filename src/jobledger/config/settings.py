@@ -34,6 +34,7 @@ from jobledger.config.convert import (
     as_float,
     as_int,
     as_keys,
+    as_opt_bool,
     as_opt_days,
     as_opt_str,
     as_str,
@@ -120,15 +121,16 @@ class Settings:
             aliases=("JOBS_WORKERS",),
         ),
     )
-    # a started runtime keeps the collector off its boot objects
-    gc_freeze: bool = field(
-        default=True,
+    # a started runtime keeps the collector off its boot objects (D11, D29)
+    gc_freeze: bool | None = field(
+        default=None,
         metadata=setting(
-            as_bool,
+            as_opt_bool,
             None,
             "on: a started worker moves the objects it booted with out of the garbage"
             " collector's scans (gc.freeze) and raises the youngest generation's threshold"
-            " (700 -> 10,000) until it stops.",
+            " (700 -> 10,000) until it stops. auto (unset): on in `jobledger worker` and"
+            " `jobledger serve`, off where an App or Runtime runs inside another program.",
         ),
     )
     # SIGTERM → the pod has left (or exits anyway) within this

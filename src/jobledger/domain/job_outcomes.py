@@ -1,8 +1,8 @@
 """The one outcome path of both lanes, pure: how a run ended (`Result`, `RunResult`),
-what follows from it (`decide_outcome`), and the judgements of rows a run left behind:
-a fast-lane row in flight at a takeover (`take_over`), a long-lane row whose pod died
-(`claim_of_dead_pod`) or whose lease expired (`reclaim_expired`), a run whose outcome
-lost to another's (`redelivered`).
+what follows from it (`decide_outcome`, an `Outcome` labelled by `OutcomeLabel`), and
+the judgements of rows a run left behind: a fast-lane row in flight at a takeover
+(`take_over`), a long-lane row whose pod died (`claim_of_dead_pod`) or whose lease
+expired (`reclaim_expired`), a run whose outcome lost to another's (`redelivered`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,22 @@ class Result(enum.StrEnum):
     SKIPPED = "skipped"  # SkipRun(reason): a late schedule slot
 
 
+class OutcomeLabel(enum.StrEnum):
+    """What the lane decided for a row: the `result=` of its `job run` line and the
+    `result` its observers and metrics see. The lanes branch on the member; its value is
+    the text those write."""
+
+    OK = "ok"  # succeeded: the row leaves the queue
+    FAILED = "failed"  # answered failure: attempts + 1, retried after the backoff
+    DEFERRED = "deferred"  # unreachable (or an unknown outcome, at-least-once): no attempt
+    DEAD = "dead"
+    SKIPPED = "skipped"  # a late schedule slot skipped (SkipRun)
+    REQUEUED = "requeued"  # in flight at a takeover, at-least-once: sent again
+    CLAIMED = "claimed"  # long lane: claimed under this pod's token
+    RECLAIMED = "reclaimed"  # long lane: lease expired, at-least-once: claimed again
+    LOST = "lost"  # the run's outcome lost its compare-and-set to another writer
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class RunResult:
@@ -63,14 +79,14 @@ class Outcome:
     """The decision for one run: the change to write and what it means for the target."""
 
     change: Change
-    label: str  # the run log line's result= value
+    label: OutcomeLabel
     pause_target: bool = False
     dead: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp) -> Outcome:
-    """The outcome of a run, one function for both lanes.
+    """The decision for one run, one function for both lanes.
 
     ok → succeeded (leaves the queue); answered → attempts + 1 and backoff, DEAD at the
     max; unreachable → no attempt spent, target paused; unknown → at-most-once DEAD (and
@@ -90,11 +106,13 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
             "error": error,
             "next_run_at": iso(next_run),
         }
-        return Outcome(append_events(job, stamp, (EventType.JOB_FAILED, failed)), "failed")
+        return Outcome(
+            append_events(job, stamp, (EventType.JOB_FAILED, failed)), OutcomeLabel.FAILED
+        )
     if run.result == Result.DEAD_NOW:
         return dead_outcome(job, stamp, "dead_now", error, job.attempts)
     if run.result == Result.SKIPPED:
-        return Outcome(skip_slot(job, stamp, error or "skipped"), "skipped")
+        return Outcome(skip_slot(job, stamp, error or OutcomeLabel.SKIPPED), OutcomeLabel.SKIPPED)
     if run.result == Result.UNKNOWN and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
         outcome = dead_outcome(job, stamp, "outcome_unknown", error, job.attempts)
         return replace(outcome, pause_target=not run.target_up)
@@ -102,18 +120,18 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
     reason = "unreachable" if run.result == Result.UNREACHABLE else "outcome_unknown"
     deferred: dict[str, Any] = {"reason": reason, "error": error}
     change = append_events(job, stamp, (EventType.JOB_DEFERRED, deferred))
-    return Outcome(change, "deferred", pause_target=True)
+    return Outcome(change, OutcomeLabel.DEFERRED, pause_target=True)
 
 
 def succeeded(job: Job, run: RunResult, stamp: Stamp) -> Outcome:
     """`decide_outcome` of a run that ended OK (no policy needed): the job leaves the
     queue. The lanes call it directly for their most common outcome."""
     data: dict[str, Any] = {"attempts": job.attempts, "duration_ms": round(run.duration_ms, 3)}
-    return Outcome(append_events(job, stamp, (EventType.JOB_SUCCEEDED, data)), "ok")
+    return Outcome(append_events(job, stamp, (EventType.JOB_SUCCEEDED, data)), OutcomeLabel.OK)
 
 
 def dead_outcome(job: Job, stamp: Stamp, reason: str, error: str | None, attempts: int) -> Outcome:
-    return Outcome(dead_change(job, stamp, reason, error, attempts), "dead", dead=True)
+    return Outcome(dead_change(job, stamp, reason, error, attempts), OutcomeLabel.DEAD, dead=True)
 
 
 def redelivered(
@@ -134,7 +152,7 @@ def redelivered(
     never before a send: see docs/events.md, "Every delivery in the log"."""
     data: dict[str, Any] = {
         "pod": pod,
-        "result": label,
+        "result": str(label),
         "duration_ms": round(run.duration_ms, 3),
         "error": error_text(run.error),
     }
@@ -162,7 +180,9 @@ def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
         "reason": "in flight when its partition was taken over",
         "token": job.inflight_token,
     }
-    return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
+    return Outcome(
+        append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
+    )
 
 
 def claim_of_dead_pod(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
@@ -179,7 +199,9 @@ def claim_of_dead_pod(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
             job.attempts,
         )
     requeued = {"reason": "its pod died while running", "token": job.claim_token}
-    return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), "requeued")
+    return Outcome(
+        append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
+    )
 
 
 def reclaim_expired(
@@ -206,4 +228,4 @@ def reclaim_expired(
             job.attempts,
         )
     change = claim(job, token=token, pod=pod, lease=lease, exclusive=exclusive, stamp=stamp)
-    return Outcome(change, "reclaimed")
+    return Outcome(change, OutcomeLabel.RECLAIMED)

@@ -2,17 +2,17 @@
 
 Whatever is submitted while a commit is running goes into the next one, so a pod with
 64 busy partitions writes the outcomes of all of them, and the next round of in-flight
-marks, in a handful of transactions instead of hundreds ("Throughput without losing the
-guarantees"). Marks are lease-guarded; outcomes are not (a late outcome is still a
-compare-and-set on the row, reference §9): a call holding marks is applied under the
+marks, in a handful of transactions instead of hundreds. Marks are lease-guarded;
+outcomes are not (a late outcome is still a compare-and-set on the row, so it cannot
+overwrite a takeover's): a call holding marks is applied under the
 guard, and any unguarded change the guard refused is applied once more without it.
 
 A commit carries at most about `max_changes` changes (whole calls: a call is never
-split across transactions). Without that cap the pod ran in waves: every worker of a
-busy pod submitted in the same loop turn, one commit took everything, and the pod sat
-idle while the database wrote it (and the database idle while the pod ran the next
-rounds). With it, the workers of the first commit run their next rounds while the
-next commit is written: pod and database overlap. See docs/performance.md.
+split across transactions). Without that cap a busy pod runs in waves: every worker
+submits in the same loop turn, one commit takes everything, and the pod sits idle while
+the database writes it (and the database idles while the pod runs the next rounds).
+With it, the workers of the first commit run their next rounds while the next commit
+is written: pod and database overlap. See docs/performance.md.
 """
 
 from __future__ import annotations

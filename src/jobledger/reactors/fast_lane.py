@@ -1,14 +1,13 @@
-"""The fast lane: one worker per owned partition, rows in key + version order
-(reference fast_lane.worker.ts, §5, §9).
+"""The fast lane: one worker per owned partition, rows in key + version order.
 
 `FastLane` is the pod's lane: it listens to the lease keeper (a partition acquired,
 renewed, lost, released), starts and stops a `fast_worker.PartitionWorker` per owned
-partition, routes wake-ups to them, and writes the in-flight marks (`job_commands.dispatch`).
-The rounds themselves live in `fast_worker`, the paging and planning of a pass in
-`fast_pass`.
+partition and routes wake-ups to them. The workers share the lane's parts through a
+`fast_context.FastContext` (store, clock, outcome path, group commit, marks); the
+rounds live in `fast_worker`, the paging and planning of a pass in `fast_pass`.
 
 When a pod acquires a partition it first judges the rows a previous owner left in
-flight (`job_outcomes.take_over`): at-most-once → DEAD, at-least-once → requeued.
+flight (`FastContext.take_over`): at-most-once → DEAD, at-least-once → requeued.
 """
 
 from __future__ import annotations
@@ -16,49 +15,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from jobledger.core.ids import new_token
-from jobledger.domain import job_commands, job_outcomes
-from jobledger.domain.events import SYSTEM
-from jobledger.domain.job_outcomes import Outcome
-from jobledger.domain.jobs import Change, Job, Lane, Stamp
-from jobledger.domain.lanes import TargetView
+from jobledger.domain.jobs import Job, Lane
 from jobledger.reactors.commit import GroupCommitter
+from jobledger.reactors.fast_context import FastContext
 from jobledger.reactors.fast_worker import PartitionWorker
 from jobledger.reactors.outcome import OutcomePath
 from jobledger.reactors.waiting import safety_poll_s
-from jobledger.storage.port import LeaseGuard
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
 
 logger = logging.getLogger("jobledger.fast_lane")
-
-#: page reads of the lane's workers at once: the rest wait, so that the group commit
-#: (and the lease heartbeat) find a pooled connection instead of queueing behind 64 reads
-PAGE_READS_AT_ONCE = 4
-
-
-@dataclass(slots=True)
-class LaneStats:
-    """Counters the tests and benches read."""
-
-    pages: list[int] = field(default_factory=list)  # size of each page read (last 1000)
-    rounds: list[int] = field(default_factory=list)  # rows sent per round (last 1000)
-    sent: int = 0
-    marks_refused: int = 0
-
-    def page(self, size: int) -> None:
-        self.pages.append(size)
-        del self.pages[:-1000]
-
-    def round(self, size: int) -> None:
-        self.rounds.append(size)
-        del self.rounds[:-1000]
-        self.sent += size
 
 
 class FastLane:
@@ -73,42 +43,17 @@ class FastLane:
         *,
         autostart: bool = True,
     ) -> None:
-        self.engine = engine
+        self.ctx = FastContext(engine, pod, outcomes, committer)
         self.store = engine.store
         self.clock = engine.clock
         self.settings = engine.settings
-        self.pod = pod
-        self.outcomes = outcomes
-        self.pauses = outcomes.pauses
-        self.committer = committer
+        self.stats = self.ctx.stats
         self.autostart = autostart
         self.workers: dict[int, PartitionWorker] = {}
-        self.stats = LaneStats()
-        self.reads = asyncio.Semaphore(PAGE_READS_AT_ONCE)
         #: set once the pod's change feed is subscribed (Runtime.start); until then no
         #: queue is read. Set from the start for a lane driven without a feed (tests)
         self.subscribed = asyncio.Event()
         self.subscribed.set()
-
-    def view(self, name: str) -> TargetView | None:
-        target = self.engine.targets.find(name)
-        if target is None or target.lane != Lane.FAST:
-            return None
-        return TargetView(
-            target.delivery_mode,
-            paused=self.pauses.is_paused(name),
-            probe_due=self.pauses.probe_due(name),
-            exclusive=target.exclusive,
-        )
-
-    def mark(self, job: Job) -> Change:
-        stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
-        return job_commands.dispatch(job, token=new_token(), pod=self.pod, stamp=stamp)
-
-    def unmark(self, job: Job, cause: str) -> Change:
-        """Release the mark of a row that was marked and then not sent."""
-        logger.info("partition %d: job %s marked, not sent (%s)", job.partition, job.id, cause)
-        return job_commands.unmark(job, Stamp(self.clock.now(), SYSTEM, job.trace_id), cause)
 
     # --- the lease keeper's listener -----------------------------------------------------
     async def acquired(self, partitions: Sequence[int], until: datetime) -> None:
@@ -124,9 +69,9 @@ class FastLane:
                 fresh.append(partition)
         if not fresh:
             return
-        await self.take_over(fresh)
+        await self.ctx.take_over(fresh)
         for partition in fresh:
-            worker = PartitionWorker(self, partition, until)
+            worker = PartitionWorker(self.ctx, partition, until)
             self.workers[partition] = worker
             if self.autostart:
                 worker.task = asyncio.create_task(worker.run(), name=f"jobledger-fast-{partition}")
@@ -145,7 +90,7 @@ class FastLane:
         has none running: a takeover that met a dropped connection (its read or its write
         failed after the take committed), or a worker that stopped on its own clock while
         the store kept the lease. A held partition is served or released, never held
-        idle: its lease keeps every other pod away (docs/reliability.md, issue 18)."""
+        idle: its lease keeps every other pod away (docs/reliability.md)."""
         start: list[int] = []
         orphans: list[int] = []
         for partition in partitions:
@@ -231,33 +176,9 @@ class FastLane:
         for worker in workers:
             await worker.join()
 
-    # --- takeover --------------------------------------------------------------------------
     async def take_over(self, partitions: Sequence[int]) -> None:
-        """Judge the rows previous owners of `partitions` left in flight (reference §9)."""
-        rows = await self.store.queue.inflight_in(partitions)
-        decided: list[tuple[Job, Outcome]] = []
-        for job in rows:
-            target = self.engine.targets.find(job.target)
-            if target is None:
-                logger.warning(
-                    "in-flight job %s: target %s is not registered here", job.id, job.target
-                )
-                continue
-            stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
-            decided.append((job, job_outcomes.take_over(job, target.delivery_mode, stamp)))
-        if not decided:
-            return
-        flags = await self.store.writes.apply(
-            [o.change for _, o in decided], guard=LeaseGuard(self.pod, self.clock.now())
-        )
-        for (job, outcome), ok in zip(decided, flags, strict=True):
-            if not ok:
-                continue
-            self.outcomes.log_run(job, outcome.label, 0.0, job.attempts, job.last_error)
-            if outcome.dead:
-                self.outcomes.dead(
-                    job, "in flight when its partition was taken over", job.last_error
-                )
+        """Judge the rows previous owners of `partitions` left in flight."""
+        await self.ctx.take_over(partitions)
 
 
 def _ended(worker: PartitionWorker) -> bool:

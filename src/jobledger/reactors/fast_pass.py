@@ -7,12 +7,19 @@ A full page may cut its last key short: `domain.lanes.next_page_after` re-reads 
 from its first remaining version. The pass also collects when it must look again (the
 earliest held retry) and which paused targets have rows here (their probes).
 
-Read-ahead: when a round leaves nothing in the buffer to run and its page was full, the
-next page's position is known before the round's outcomes commit, so the worker reads it
-while they do (`start_read_ahead`). That read may see the round's own rows as they were
-before the commit: `take_read_ahead` puts in the state the commit left them in (a row
-that left the queue, or whose outcome lost its compare-and-set, is dropped), so the
-page is the one a read after the commit would have returned.
+Three speed paths live here, each measured (docs/decisions.md, D25, D27, D28):
+
+* the read-ahead: when a round leaves nothing in the buffer to run and its page was
+  full, the next page's position is known before the round's outcomes commit, so the
+  worker reads it while they do (`start_read_ahead`). That read may see the round's own
+  rows as they were before the commit: `take_read_ahead` puts them in the state the
+  commit left them in (a row that left the queue, or whose outcome lost its
+  compare-and-set, is dropped), so the page is the one a read after the commit would
+  have returned;
+* the prefix plan (`_plan_prefix`): an at-most-once round sends one row, so it is
+  planned on the first rows of the buffer before the whole of it;
+* the in-place update (`update`): a round that changed a few rows edits the buffer
+  where they are instead of rebuilding it.
 """
 
 from __future__ import annotations
@@ -21,13 +28,10 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from jobledger.domain.jobs import DeliveryMode, Job
 from jobledger.domain.lanes import BatchPlan, TargetView, next_page_after, plan_batch
-
-if TYPE_CHECKING:
-    from jobledger.reactors.fast_lane import FastLane
+from jobledger.reactors.fast_context import FastContext
 
 logger = logging.getLogger("jobledger.fast_lane")
 
@@ -43,8 +47,8 @@ _FEW_CHANGED = 8
 class PartitionPass:
     """The paging and planning state of one partition worker's current pass."""
 
-    def __init__(self, lane: FastLane, partition: int) -> None:
-        self.lane = lane
+    def __init__(self, ctx: FastContext, partition: int) -> None:
+        self.ctx = ctx
         self.partition = partition
         self.buffer: list[Job] = []
         self._targets: set[str] = set()  # the page's targets (rows that left keep theirs)
@@ -77,7 +81,7 @@ class PartitionPass:
     def seed(self, rows: list[Job]) -> None:
         """Start a pass on `rows` a wake-up handed over instead of a read: its only page,
         not full, so the pass ends when they are done (the next one reads). Only a mark
-        through `Writes.mark_first` may send from it (`PartitionWorker._hinted_round`)."""
+        through `Writes.mark_first` may send from it (`PartitionWorker._handed_over_round`)."""
         self.finish()
         self._open = True
         self.wake_at = None
@@ -110,25 +114,25 @@ class PartitionPass:
 
     async def read_page(self, after: str | None) -> list[Job]:
         """The partition's PENDING rows after keyset position `after` (one page); no
-        more than `FastLane.reads` of the lane's page reads at once, so a commit never
+        more than `FastContext.reads` of the lane's page reads at once, so a commit never
         waits for a pooled connection behind them."""
-        lane = self.lane
-        async with lane.reads:
-            return await lane.store.queue.fast_pending(
-                self.partition, after_key=after, limit=lane.settings.fast_batch
+        ctx = self.ctx
+        async with ctx.reads:
+            return await ctx.store.queue.fast_pending(
+                self.partition, after_key=after, limit=ctx.settings.fast_batch
             )
 
     def _take_page(self, page: list[Job], rows: list[Job], after: str | None) -> bool:
         """Make `page`, read after `after`, the pass's current page, its `rows` (the page
         as it stands now) the buffer; False when it is empty: the pass is over."""
-        lane = self.lane
-        lane.stats.page(len(page))
+        ctx = self.ctx
+        ctx.stats.page(len(page))
         if not page:
             self.finish()
             return False
         self._after = after
         self._page_start = after
-        self._page_full = len(page) >= lane.settings.fast_batch
+        self._page_full = len(page) >= ctx.settings.fast_batch
         self._page = page
         self.buffer = rows if rows is not page else list(page)
         self._targets = {job.target for job in page}
@@ -188,34 +192,36 @@ class PartitionPass:
 
     def plan(self) -> BatchPlan:
         """The planner's next round over the buffer as it is now."""
-        lane = self.lane
+        ctx = self.ctx
         views: dict[str, TargetView] = {}
         for name in self._targets:  # the page's targets: rows that left only add a view
-            view = lane.view(name)
+            view = ctx.view(name)
             if view is not None:
                 views[name] = view
-        now = lane.clock.now()
-        plan: BatchPlan | None = None
-        if all(v.mode == DeliveryMode.AT_MOST_ONCE for v in views.values()):
-            # Only at-most-once rows: a round takes the first runnable row, so plan on a
-            # prefix of the (key, version)-sorted buffer first — every earlier version of
-            # a row's key is in it. Planning the whole buffer each round was O(rows²) per
-            # page. Nothing runnable in the prefixes: plan the whole buffer.
-            for size in _PREFIXES:
-                if len(self.buffer) <= size:
-                    break
-                head = plan_batch(self.buffer[:size], now, views)
-                if head.size:
-                    plan = BatchPlan(
-                        head.chains, head.risky, head.probes, True, head.wake_at, head.paused_seen
-                    )
-                    break
-        if plan is None:
-            plan = plan_batch(self.buffer, now, views)
+        now = ctx.clock.now()
+        plan = self._plan_prefix(now, views) or plan_batch(self.buffer, now, views)
         if plan.wake_at is not None and (self.wake_at is None or plan.wake_at < self.wake_at):
             self.wake_at = plan.wake_at
         self.paused_seen |= plan.paused_seen
         return plan
+
+    def _plan_prefix(self, now: datetime, views: dict[str, TargetView]) -> BatchPlan | None:
+        """The prefix plan: with only at-most-once targets a round sends the first
+        runnable row, so plan on the first `_PREFIXES` rows of the (key, version)-sorted
+        buffer before the whole of it — every earlier version of a row's key is before
+        it. Planning the whole buffer every round is O(rows²) per page. None when the
+        prefixes hold nothing runnable (or a target is at-least-once)."""
+        if not all(v.mode == DeliveryMode.AT_MOST_ONCE for v in views.values()):
+            return None
+        for size in _PREFIXES:
+            if len(self.buffer) <= size:
+                return None
+            head = plan_batch(self.buffer[:size], now, views)
+            if head.size:
+                return BatchPlan(
+                    head.chains, head.risky, head.probes, True, head.wake_at, head.paused_seen
+                )
+        return None
 
     def requeue(self, current: Job) -> None:
         """Put back a row of this buffer as the store has it now (its target is known)."""
@@ -229,10 +235,11 @@ class PartitionPass:
         self.update({}, {old.id})
 
     def update(self, replaced: dict[str, Job], dropped: set[str]) -> None:
-        """Rows that changed, rows that left, in one pass over the buffer that stops once
-        all were found (an at-most-once round touches one row, usually near the front)."""
+        """Rows that changed, rows that left. The in-place update: a few rows (an
+        at-most-once round touches one, usually near the front) are edited where they
+        are, in a walk that stops once all were found; more are one rebuild of the list."""
         left = len(replaced) + len(dropped)
-        if left > _FEW_CHANGED:  # a whole round's rows: one pass that rebuilds the list
+        if left > _FEW_CHANGED:
             self.buffer = [replaced.get(j.id, j) for j in self.buffer if j.id not in dropped]
             return
         buffer = self.buffer

@@ -6,8 +6,9 @@ Every `heartbeat_s` a pod writes its liveness row, renews the leases it holds
 PostgreSQL), and moves toward its fair share (`domain.policies.share_target`):
 ceil(P / live pods), or max(floor, 1) while another live pod is below the floor. Takes
 are atomic (`store.coordination.take_partitions`, one statement for the whole share on PostgreSQL),
-so two pods never hold one partition; a busy partition (a batch in progress) is never released. Leases and liveness rows are
-coordination state: plain compare-and-set rows, no events.
+so two pods never hold one partition; a busy partition (a round in progress) is never
+released. Leases and liveness rows are coordination state: plain compare-and-set rows,
+no events.
 
 Death, not silence (decisions D53-D57). Where the store offers liveness tokens
 (`storage.liveness`: an advisory lock on PostgreSQL, a file lock on SQLite) a pod holds

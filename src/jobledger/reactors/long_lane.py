@@ -1,23 +1,32 @@
 """The long lane: handlers that take minutes.
 
-A reserve takes up to `long_batch` rows under one claim token (`job_commands.claim`) with a
-`long_lease_s` lease; rows RUNNING past their lease are taken back through
-`job_outcomes.reclaim_expired` (at-least-once → run again from the start, at-most-once → DEAD:
-the first run may have finished, closing G6). Each batch runs in a background task
-whose heartbeat renews the lease every `long_heartbeat_s`, so a 7-minute run is never
-reclaimed. Exclusive targets (every schedule) have at most one RUNNING row per code
-across pods: the reserve skips live `running_codes`, and the store's uniqueness on
-`running_code` settles races. Every write is a compare-and-set on the row, so a pod
-whose claim was taken over cannot write a stale outcome. The claims of a pod that died
-are taken over at once by the pod that finds its liveness token free
-(`take_over_claims`, decisions D57), and a pod that lost its token claims nothing
-until it has it back.
+The lane is a state machine (docs/lanes.md draws it):
+
+    IDLE ──woken, or a timer──▶ RESERVING ──rows claimed or none──▶ IDLE
+    RESERVING ──the reserve failed──▶ BACKING_OFF ──1 s──▶ IDLE
+    any work state ──stop()──▶ STOPPING ──its batches finished──▶ STOPPED
+
+`LongLaneState` names the states, `_MOVES` lists every move, and the lane changes
+state only through `_enter`. A reserve takes up to `long_batch` rows under one claim
+token (`job_commands.claim`) with a `long_lease_s` lease; rows RUNNING past their lease
+are taken back through `job_outcomes.reclaim_expired` (at-least-once → run again from
+the start, at-most-once → DEAD: the first run may have finished its side effect). Each batch
+runs in a background task whose heartbeat renews the lease every `long_heartbeat_s`, so
+a 7-minute run is never reclaimed; every run goes through the outcome path both lanes
+share (`OutcomePath`: run, judge, write, settle). Exclusive targets (every schedule)
+have at most one RUNNING row per code across pods: the reserve skips live
+`running_codes`, and the store's uniqueness on `running_code` settles races. Every
+write is a compare-and-set on the row, so a pod whose claim was taken over cannot
+write a stale outcome. The claims of a pod that died are taken over at once by the pod that finds its
+liveness token free (`take_over_claims`, decisions D57), and a pod that lost its token
+claims nothing until it has it back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -27,10 +36,11 @@ from jobledger.core.ids import new_token
 from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.job_outcomes import Outcome
+from jobledger.domain.job_outcomes import Outcome, OutcomeLabel
 from jobledger.domain.jobs import Job, JobStatus, Lane, Stamp
 from jobledger.domain.lanes import TargetView, pick_long
-from jobledger.reactors.outcome import OutcomePath
+from jobledger.reactors.outcome import OutcomePath, Ran
+from jobledger.reactors.states import Moves
 from jobledger.reactors.waiting import safety_poll_s, wait_for
 
 if TYPE_CHECKING:
@@ -40,6 +50,34 @@ logger = logging.getLogger("jobledger.long_lane")
 
 #: candidates read per reserve, so busy exclusive codes do not crowd out other rows
 CANDIDATE_FACTOR = 10
+
+
+class LongLaneState(enum.Enum):
+    IDLE = "idle"  # waiting for a wake-up, the earliest due row or a probe
+    RESERVING = "reserving"  # claiming rows; a claimed batch starts in its own task
+    BACKING_OFF = "backing off"  # a reserve failed: looks again in 1 s
+    STOPPING = "stopping"  # takes no more rows; the running batches finish
+    STOPPED = "stopped"
+
+
+IDLE, RESERVING = LongLaneState.IDLE, LongLaneState.RESERVING
+BACKING_OFF, STOPPING, STOPPED = (
+    LongLaneState.BACKING_OFF,
+    LongLaneState.STOPPING,
+    LongLaneState.STOPPED,
+)
+
+#: every move of the long lane; a stop is asked for from outside, in any work state
+_MOVES = Moves(
+    {
+        IDLE: {RESERVING, STOPPING},
+        RESERVING: {IDLE, BACKING_OFF, STOPPING},
+        BACKING_OFF: {IDLE, STOPPING},
+        STOPPING: {STOPPED},
+        STOPPED: set(),
+    },
+    work={IDLE, RESERVING, BACKING_OFF},
+)
 
 
 class LongLane:
@@ -54,9 +92,9 @@ class LongLane:
         self.outcomes = outcomes
         self.pauses = outcomes.pauses
         self.max_running = max_running
+        self.state = IDLE
         self.event = asyncio.Event()
         self.event.set()
-        self.stopping = False
         self.current: dict[str, Job] = {}  # rows this pod runs, as last written
         self.batches: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # renewals and outcomes of a row never interleave
@@ -70,6 +108,14 @@ class LongLane:
         self.may_claim: Callable[[], bool] = lambda: True
 
     # --- life cycle --------------------------------------------------------------------
+    def _enter(self, state: LongLaneState) -> None:
+        self.state = _MOVES.move(self.state, state, "the long lane")
+
+    @property
+    def stopping(self) -> bool:
+        """Stopping or stopped: the lane takes no more rows."""
+        return self.state not in _MOVES.work
+
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name="jobledger-long-lane")
 
@@ -78,29 +124,36 @@ class LongLane:
 
     async def stop(self) -> None:
         """Take no more rows and wait for the running batches (SIGTERM path)."""
-        self.stopping = True
+        if not self.stopping:
+            self._enter(STOPPING)
         self.event.set()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.drain()
+        self._enter(STOPPED)
 
     async def drain(self) -> None:
         while self.batches:
             await asyncio.gather(*list(self.batches), return_exceptions=True)
 
     async def run(self) -> None:
+        """Wait (IDLE), reserve (RESERVING) and start the batch claimed, again, until
+        stopped."""
         quiet = False  # the last look was a safety poll that found nothing
         while not self.stopping:
+            self._enter(IDLE)
             woken = await wait_for(self.event, self.clock, await self._idle_timeout(quiet))
             self.event.clear()
             if self.stopping:
                 break
+            self._enter(RESERVING)
             try:
                 reserved = await self.reserve()
             except Exception:
                 self.engine.observers.store_error("long_reserve")
                 logger.exception("long lane reserve failed; backing off")
+                self._enter(BACKING_OFF)
                 await self.clock.sleep(1.0)
                 self.event.set()
                 quiet = False
@@ -149,12 +202,7 @@ class LongLane:
             target = self.engine.targets.find(job.target)
             if target is None or target.lane != Lane.LONG or job.target in views:
                 continue
-            views[job.target] = TargetView(
-                target.delivery_mode,
-                paused=self.pauses.is_paused(job.target),
-                probe_due=self.pauses.probe_due(job.target),
-                exclusive=target.exclusive,
-            )
+            views[job.target] = self.pauses.view(target)
         return views
 
     async def reserve(self) -> list[Job]:
@@ -201,7 +249,7 @@ class LongLane:
                     exclusive=view.exclusive,
                     stamp=job_stamp,
                 )
-                outcome = Outcome(change, "claimed")
+                outcome = Outcome(change, OutcomeLabel.CLAIMED)
             decided.append((job, outcome))
         flags = await self.store.writes.apply([o.change for _, o in decided])
         claimed: list[Job] = []
@@ -209,12 +257,8 @@ class LongLane:
             if not ok:
                 continue  # another pod, or the running_code uniqueness, won the race
             if outcome.dead:
-                self.outcomes.log_run(job, "dead", 0.0, job.attempts, job.last_error)
-                self.outcomes.dead(
-                    job,
-                    "lease expired while running; the first run may have finished",
-                    job.last_error,
-                )
+                reason = "lease expired while running; the first run may have finished"
+                self.outcomes.judged(job, outcome, reason)
                 continue
             row = outcome.change.row
             assert isinstance(row, Job)
@@ -226,24 +270,11 @@ class LongLane:
         """The rows a dead pod was running (`Liveness.claims_of`; its token is free):
         at-least-once → requeued for the next reserve of any pod, at-most-once → DEAD,
         as when their lease runs out (`job_outcomes.claim_of_dead_pod`), but now."""
-        decided: list[tuple[Job, Outcome]] = []
-        for job in rows:
-            target = self.engine.targets.find(job.target)
-            if target is None:
-                logger.warning(
-                    "claim of job %s: target %s is not registered here", job.id, job.target
-                )
-                continue
-            stamp = Stamp(self.clock.now(), SYSTEM, job.trace_id)
-            decided.append((job, job_outcomes.claim_of_dead_pod(job, target.delivery_mode, stamp)))
-        flags = await self.store.writes.apply([o.change for _, o in decided]) if decided else []
-        for (job, outcome), ok in zip(decided, flags, strict=True):
-            if ok:
-                self.outcomes.log_run(job, outcome.label, 0.0, job.attempts, job.last_error)
-                if outcome.dead:
-                    self.outcomes.dead(
-                        job, "its pod died while running; the run may have finished", job.last_error
-                    )
+        await self.outcomes.judge_left_behind(
+            rows,
+            job_outcomes.claim_of_dead_pod,
+            "its pod died while running; the run may have finished",
+        )
         self.event.set()  # requeued rows are due: look again
 
     # --- running a batch -------------------------------------------------------------------
@@ -273,9 +304,8 @@ class LongLane:
                 latest = self.current.pop(row.id, row)
                 outcome = self.outcomes.judge(target, latest, run)
                 (ok,) = await self.store.writes.apply([outcome.change])
-            self.outcomes.finish(latest, run, outcome, ok)
-            if not ok:  # the claim was taken over: this run still goes in the log
-                await self.outcomes.record_lost(latest, run, outcome, self.pod)
+            # a claim taken over loses the compare-and-set: the run still goes in the log
+            await self.outcomes.settle([Ran(latest, target, run, outcome)], [ok], self.pod)
         except Exception:
             self.engine.observers.store_error("long_outcome")
             self.current.pop(row.id, None)

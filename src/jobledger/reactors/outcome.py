@@ -1,16 +1,23 @@
-"""The one outcome path both lanes share (reference `JobOutcome`, §4 handler errors).
+"""The one outcome path both lanes share.
 
     run      the handler inside the job's context, its exception classified
-    decide   domain.job_outcomes.decide_outcome with the target's policy (pure)
-    finish   after the store applied (or refused) the change: pause or resume the target,
-             one `job run` log line, observers, and the `job dead alert` on DEAD
+    judge    domain.job_outcomes.decide_outcome with the target's policy (pure), and its
+             effect on the target's pause state at once
+    settle   after the store applied (or refused) the change: one `job run` log line,
+             observers, the `job dead alert` on DEAD, and a run whose outcome lost its
+             compare-and-set recorded (`record_lost`)
+    judged   a row judged without a run of its own (a takeover, an expired long lease)
 
-The lanes only choose *when* to run and *how many* changes share a commit.
+The lanes only choose *when* to run and *how many* changes share a commit: the fast
+lane settles a round's runs after their group commit, the long lane each run after its
+own write.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -20,23 +27,33 @@ from jobledger.core.registry import Target
 from jobledger.domain import job_outcomes
 from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.job_outcomes import Outcome, OutcomePolicy, Result, RunResult
-from jobledger.domain.jobs import Job, Stamp
+from jobledger.domain.job_outcomes import (
+    Outcome,
+    OutcomeLabel,
+    OutcomePolicy,
+    Result,
+    RunResult,
+)
+from jobledger.domain.jobs import DeliveryMode, Job, Stamp
 from jobledger.observability.logs import log_run_line, run_line_level
 from jobledger.observability.observe import RunRecord
 from jobledger.observability.tracing import traced_run
 from jobledger.reactors.pause import PauseMap
+from jobledger.storage.port import LeaseGuard
 
 if TYPE_CHECKING:
     from jobledger.engine import Engine
 
 run_log = logging.getLogger("jobledger.run")
+logger = logging.getLogger("jobledger.outcome")
+
+_OK = OutcomeLabel.OK
 
 
 def error_of(exc: BaseException) -> str:
-    """`str(exc)`, or the class name when that is empty or `__str__` itself raises (the
-    run's outcome must still be written: it once raised here, and the job ran again
-    and again with nothing recorded)."""
+    """`str(exc)`, or the class name when that is empty or `__str__` itself raises: the
+    run's outcome must still be written, or the job would run again and again with
+    nothing recorded."""
     if isinstance(exc, SystemExit):  # `str(SystemExit(3))` is "3": say what it was
         return f"the handler called sys.exit({exc.code!r})"
     try:
@@ -61,6 +78,17 @@ def classify(exc: BaseException | None, duration_ms: float) -> RunResult:
     if getattr(exc, "dead_now", False) is True:
         return RunResult(Result.DEAD_NOW, error=text, duration_ms=duration_ms)
     return RunResult(Result.ANSWERED, error=text, duration_ms=duration_ms)
+
+
+@dataclass(slots=True)
+class Ran:
+    """One run, judged: the row as it was run, its target, how the run ended, and the
+    outcome to write."""
+
+    job: Job
+    target: Target
+    run: RunResult
+    outcome: Outcome
 
 
 class OutcomePath:
@@ -121,15 +149,60 @@ class OutcomePath:
             self.pauses.resume(job.target)  # the target answered
         return outcome
 
-    def quiet_ok(self) -> bool:
-        """Whether `finish` of an applied "ok" outcome does nothing (no observer, the run
-        line's level off): the lanes then skip the call per row. Asked once per commit."""
-        return not self._recorded("ok")
+    async def settle(self, ran: Sequence[Ran], applied: Sequence[bool], pod: str) -> None:
+        """After the store's answer to `ran`'s outcomes (`applied`, one flag each): each
+        run's line, observers and DEAD alert (`finish`); a run of `pod` whose outcome lost
+        its compare-and-set is recorded (`record_lost`). An applied "ok" with nothing to log
+        or observe is skipped without a call (asked once per settle)."""
+        quiet_ok = not self._recorded(_OK)
+        for item, ok in zip(ran, applied, strict=True):
+            if ok and quiet_ok and item.outcome.label is _OK:
+                continue
+            self.finish(item.job, item.run, item.outcome, ok)
+            if not ok:
+                await self.record_lost(item.job, item.run, item.outcome, pod)
+
+    def judged(self, job: Job, outcome: Outcome, reason: str) -> None:
+        """A row judged without a run of its own (in flight at a takeover, a long lease
+        expired): its run line, and the DEAD alert when it went DEAD."""
+        self.log_run(job, outcome.label, 0.0, job.attempts, job.last_error)
+        if outcome.dead:
+            self.dead(job, reason, job.last_error)
+
+    async def judge_left_behind(
+        self,
+        rows: Sequence[Job],
+        decide: Callable[[Job, DeliveryMode, Stamp], Outcome],
+        reason: str,
+        *,
+        guard: LeaseGuard | None = None,
+    ) -> list[tuple[Job, Outcome, bool]]:
+        """Rows another run left behind (in flight at a takeover, claimed by a pod that
+        died): each judged by `decide` with its target's delivery mode, all written in
+        one apply (lease-guarded with `guard`), those applied settled with `judged`.
+        Rows of a target this pod does not know are left as they are. Returns each
+        judged row, its outcome and whether it was applied."""
+        engine = self.engine
+        decided: list[tuple[Job, Outcome]] = []
+        for job in rows:
+            target = engine.targets.find(job.target)
+            if target is None:
+                logger.warning("job %s: target %s is not registered here", job.id, job.target)
+                continue
+            stamp = Stamp(engine.clock.now(), SYSTEM, job.trace_id)
+            decided.append((job, decide(job, target.delivery_mode, stamp)))
+        if not decided:
+            return []
+        flags = await engine.store.writes.apply([o.change for _, o in decided], guard=guard)
+        for (job, outcome), ok in zip(decided, flags, strict=True):
+            if ok:
+                self.judged(job, outcome, reason)
+        return [(job, outcome, ok) for (job, outcome), ok in zip(decided, flags, strict=True)]
 
     def finish(self, job: Job, run: RunResult, outcome: Outcome, applied: bool) -> None:
         """The run line, observers and the DEAD alert once the change was written (or
         lost its compare-and-set to a takeover: result=lost)."""
-        label = outcome.label if applied else "lost"
+        label = outcome.label if applied else OutcomeLabel.LOST
         row = outcome.change.row if isinstance(outcome.change.row, Job) else None
         if self._recorded(label):
             attempts = row.attempts if row is not None else _attempts_of(outcome, job)
@@ -137,7 +210,7 @@ class OutcomePath:
         if applied and outcome.dead:
             self.dead(row or job, _reason_of(outcome), run.error)
 
-    def _recorded(self, label: str) -> bool:
+    def _recorded(self, label: OutcomeLabel) -> bool:
         """Whether a run with this result is seen at all: an observer, or a log level
         that writes its `job run` line. If not, the hot path builds no record."""
         return bool(self.engine.observers.observers) or run_log.isEnabledFor(run_line_level(label))
@@ -165,7 +238,7 @@ class OutcomePath:
                     partition=job.partition,
                     pod=pod,
                     run=run,
-                    label=outcome.label,
+                    label=outcome.label.value,
                     stamp=stamp,
                 )
                 (ok,) = await store.writes.apply([change])
@@ -176,12 +249,13 @@ class OutcomePath:
             run_log.exception("job %s: recording a redelivery failed", job.id)
 
     def log_run(
-        self, job: Job, label: str, duration_ms: float, attempts: int, error: str | None
+        self, job: Job, label: OutcomeLabel, duration_ms: float, attempts: int, error: str | None
     ) -> None:
         observers = self.engine.observers
         if not self._recorded(label):
             return  # the hot path builds no record nobody reads
-        record = RunRecord(job, label, duration_ms, attempts, error, self.engine.clock.now())
+        now = self.engine.clock.now()
+        record = RunRecord(job, label.value, duration_ms, attempts, error, now)
         log_run_line(record)
         if observers.observers:
             observers.run_finished(record)
@@ -215,7 +289,7 @@ def _reason_of(outcome: Outcome) -> str:
         reason = event.data.get("reason")
         if isinstance(reason, str):
             return reason
-    return outcome.label
+    return outcome.label.value
 
 
 def _attempts_of(outcome: Outcome, job: Job) -> int:

@@ -1,4 +1,4 @@
-"""Per-pod pause state of unreachable targets (reference target_pause.ts, G13).
+"""Per-pod pause state of unreachable targets: each pod keeps its own.
 
 A target the outcome path reports as unreachable is paused on this pod: its rows are
 skipped, no attempt is spent. Every `probe_interval_s` one probe row may go through;
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from jobledger.core.clock import Clock
+from jobledger.core.registry import Target
+from jobledger.domain.lanes import TargetView
 from jobledger.observability.observe import Observer
 
 
@@ -62,6 +64,15 @@ class PauseMap:
             return False
         entry.probe_at = now + self._interval
         return True
+
+    def view(self, target: Target) -> TargetView:
+        """What the lanes' planner needs to know of `target` on this pod now."""
+        return TargetView(
+            target.delivery_mode,
+            paused=target.name in self._paused,
+            probe_due=self.probe_due(target.name),
+            exclusive=target.exclusive,
+        )
 
     def next_probe(self, targets: frozenset[str] | set[str]) -> datetime | None:
         times = [self._paused[t].probe_at for t in targets if t in self._paused]
