@@ -1,4 +1,4 @@
-"""Tuning numbers with the reference's values as defaults (reference §8).
+"""Tuning numbers, with the reference engine's values as their defaults.
 
 Each field says how it is read and checked and what it means (`metadata=setting(…)`,
 `jobledger.config.spec`): the one list of settings. `jobledger.config.load` loads them
