@@ -19,7 +19,8 @@ have at most one RUNNING row per code across pods: the reserve skips live
 write is a compare-and-set on the row, so a pod whose claim was taken over cannot
 write a stale outcome. The claims of a pod that died are taken over at once by the pod that finds its
 liveness token free (`take_over_claims`, decisions D57), and a pod that lost its token
-claims nothing until it has it back.
+claims nothing until it has it back. A stop that cancels runs outliving it gives their
+at-least-once rows back, due now (`give_back`, D52).
 """
 
 from __future__ import annotations
