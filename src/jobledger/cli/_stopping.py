@@ -29,7 +29,7 @@ def stop_on_signals(
     stop: asyncio.Event, *, then: Callable[[int], None] | None = None
 ) -> Iterator[None]:
     """SIGINT / SIGTERM set `stop`; once it is set, another one calls `then` with the
-    signal's number (the second Ctrl-C: `cli.worker.abandon`), when given."""
+    signal's number (the second Ctrl-C: `abandon`), when given."""
     loop = asyncio.get_running_loop()
     installed = []
 

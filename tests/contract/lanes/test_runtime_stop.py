@@ -42,10 +42,7 @@ async def test_a_run_outliving_the_stop_timeout_is_cancelled_and_its_row_stays(
         (job_id,) = await enqueue(engine, "kafka:t", [{"key": "k", "payload": 1}])
         await asyncio.wait_for(rec.entered.wait(), 10)
     finally:
-        started = time.monotonic()
-        await first.stop()
-        took = time.monotonic() - started
-    assert took <= STOP_TIMEOUT_S + SLACK_S, f"stop took {took:.2f}s"
+        await _stop_in_time(first)
     row = await store.admin.get_job(job_id)
     assert row is not None and row.status == JobStatus.PENDING  # no outcome was written
     assert all(
@@ -60,13 +57,24 @@ async def test_a_run_outliving_the_stop_timeout_is_cancelled_and_its_row_stays(
             await until(lambda: len(rec.calls) == 2)  # sent again by the next owner
             await until(lambda: _closed(store, job_id))
         else:
-            await until(lambda: _closed(store, job_id))
-            dead = await store.admin.get_job(job_id)
-            assert dead is not None and dead.status == JobStatus.DEAD
-            assert dead.dead_reason == "in flight when its partition was taken over"
+            await _judged_dead(store, job_id, "in flight when its partition was taken over")
             assert len(rec.calls) == 1  # at most once: never sent again
     finally:
         await second.stop()
+
+
+async def _stop_in_time(runtime: Runtime) -> None:
+    started = time.monotonic()
+    await runtime.stop()
+    took = time.monotonic() - started
+    assert took <= STOP_TIMEOUT_S + SLACK_S, f"stop took {took:.2f}s"
+
+
+async def _judged_dead(store: Store, job_id: str, reason: str) -> None:
+    await until(lambda: _closed(store, job_id))
+    dead = await store.admin.get_job(job_id)
+    assert dead is not None and dead.status == JobStatus.DEAD
+    assert dead.dead_reason == reason
 
 
 async def _closed(store: Store, job_id: str) -> bool:
@@ -94,10 +102,7 @@ async def test_a_run_ignoring_its_cancellation_does_not_hold_the_stop_nor_lose_t
     try:
         (job_id,) = await enqueue(engine, "kafka:t", [{"key": "k", "payload": 1}])
         await asyncio.wait_for(entered.wait(), 10)
-        started = time.monotonic()
-        await runtime.stop()
-        took = time.monotonic() - started
-        assert took <= STOP_TIMEOUT_S + SLACK_S, f"stop took {took:.2f}s"
+        await _stop_in_time(runtime)
         row = await store.admin.get_job(job_id)
         assert row is not None
         held = {
@@ -131,10 +136,7 @@ async def test_a_long_run_cut_short_by_the_stop_is_given_back_or_left_for_the_ta
         flight = first.in_flight()
         assert (flight.at_least_once, flight.at_most_once) == (1, 1)
     finally:
-        started = time.monotonic()
-        await first.stop()
-        took = time.monotonic() - started
-    assert took <= STOP_TIMEOUT_S + SLACK_S, f"stop took {took:.2f}s"
+        await _stop_in_time(first)
 
     given = await store.admin.get_job(alo_id)
     assert given is not None and given.status == JobStatus.PENDING
@@ -154,10 +156,8 @@ async def test_a_long_run_cut_short_by_the_stop_is_given_back_or_left_for_the_ta
         assert len(amo.calls) == 1
         clock.advance(seconds=engine.settings.long_lease_s + 1)
         second.long.wake()
-        await until(lambda: _closed(store, amo_id))
-        dead = await store.admin.get_job(amo_id)
-        assert dead is not None and dead.status == JobStatus.DEAD
-        assert dead.dead_reason == "lease expired while running; the first run may have finished"
+        reason = "lease expired while running; the first run may have finished"
+        await _judged_dead(store, amo_id, reason)
         assert len(amo.calls) == 1  # at most once: never run again
     finally:
         await second.stop()
