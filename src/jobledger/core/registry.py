@@ -72,26 +72,15 @@ def with_timeout(handler: Handler, target: str, timeout_s: float, clock: Clock) 
     included. A `TimeoutError` the handler raises itself is left as it is. With the
     system clock this is `asyncio.timeout`; with another clock (a `FakeClock`) the
     timeout fires when that clock reaches it."""
-    if type(clock) is SystemClock:
-
-        @functools.wraps(handler)
-        async def timed(job: Job) -> object:
-            scope = asyncio.timeout(timeout_s)
-            try:
-                async with scope:
-                    return await handler(job)
-            except TimeoutError:
-                if scope.expired():
-                    raise RunTimedOut(target, timeout_s) from None
-                raise
-
-        return timed
+    on_loop = type(clock) is SystemClock  # the loop's own timer; another clock sets an alarm
 
     @functools.wraps(handler)
-    async def timed_on_clock(job: Job) -> object:
-        scope = asyncio.timeout(None)
+    async def timed(job: Job) -> object:
+        scope = asyncio.timeout(timeout_s if on_loop else None)
         try:
             async with scope:
+                if on_loop:
+                    return await handler(job)
                 alarm = asyncio.ensure_future(_expire(scope, clock, timeout_s))
                 try:
                     return await handler(job)
@@ -102,7 +91,7 @@ def with_timeout(handler: Handler, target: str, timeout_s: float, clock: Clock) 
                 raise RunTimedOut(target, timeout_s) from None
             raise
 
-    return timed_on_clock
+    return timed
 
 
 async def _expire(scope: asyncio.Timeout, clock: Clock, timeout_s: float) -> None:
