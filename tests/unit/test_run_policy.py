@@ -59,6 +59,8 @@ def test_backoff_grows_by_its_factor_up_to_its_max() -> None:
     assert Backoff(base_s=5, factor=1, max_s=5).delay(3, "j") == timedelta(seconds=5)
     assert Backoff(base_s=0, max_s=0).delay(3, "j") == timedelta(0)
     assert Backoff(base_s=0.3, factor=3).delay(2, "j") == timedelta(milliseconds=900)
+    given = Backoff(base_s=timedelta(seconds=2), max_s=timedelta(minutes=1))  # type: ignore[arg-type]
+    assert given == Backoff(base_s=2, max_s=60)
 
 
 def test_jitter_takes_off_a_share_fixed_by_the_job_and_the_failure() -> None:

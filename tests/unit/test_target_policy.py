@@ -206,3 +206,24 @@ def test_limits_hold_the_clock_and_both_leases() -> None:
     with pytest.raises(ConfigError, match="already bound"):
         registry.bind(limits)
     assert registry.register("x", "long", noop, timeout_s=timedelta(seconds=5)).timeout_s == 5
+
+
+async def test_app_testing_reports_a_timed_out_run_as_failed_not_cancelled() -> None:
+    app = App(store="memory://")
+    entered = asyncio.Event()
+
+    @app.target("slow", lane="long", delivery_mode="at_least_once", timeout_s=60, retry=[5])
+    async def slow(job: Job) -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    async with app.testing() as t:
+        async with app.transaction() as tx:
+            await app.enqueue("slow", {}, tx=tx)
+        running = asyncio.ensure_future(t.run_until_idle())
+        await asyncio.wait_for(entered.wait(), 5)
+        t.clock.advance(minutes=1)
+        ran = await asyncio.wait_for(running, 5)
+    (run,) = ran.failures
+    assert run.result == "failed" and run.error is not None and run.error.startswith("timeout: ")
+    assert run.exception is None  # the cancellation the timeout used is not the handler's error

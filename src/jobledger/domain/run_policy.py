@@ -80,7 +80,8 @@ class Backoff:
     n, never from a random generator: the same job waits the same on every pod, under a
     fake clock and when the log is replayed. A wait is never negative and never more
     than `max_s`. `attempts` is the number of runs before DEAD (None: the
-    `max_attempts` setting; a per-code maximum wins over both).
+    `max_attempts` setting; a per-code maximum wins over both). `base_s` and `max_s`
+    may be given as timedeltas too.
 
         @app.target("mail:welcome", retry=Backoff(base_s=10, factor=3, max_s=600, jitter=0.2))
     """
@@ -112,6 +113,9 @@ class Backoff:
             or self.attempts < 1
         ):
             raise InvalidArgument(f"Backoff attempts must be at least 1, not {self.attempts!r}")
+        # kept as plain seconds (a timedelta given is converted), so the math stays float
+        object.__setattr__(self, "base_s", base)
+        object.__setattr__(self, "max_s", top)
 
     def delay(self, failures: int, job_id: str) -> timedelta:
         """The wait once `failures` failed runs of job `job_id` were recorded."""
