@@ -169,6 +169,20 @@ async def test_on_a_fake_clock_the_timeout_fires_when_the_clock_gets_there() -> 
         await asyncio.wait_for(run, 5)
 
 
+async def test_a_fake_clock_moved_before_the_alarm_starts_still_times_out() -> None:
+    """The deadline is fixed when the run starts, not when the alarm's task first runs."""
+    clock = FakeClock()
+
+    async def waits(job: Job) -> None:
+        await asyncio.Event().wait()
+
+    run = asyncio.ensure_future(with_timeout(waits, "slow", 10, clock)(a_job()))
+    await asyncio.sleep(0)  # the run started and set its alarm, which has not run yet
+    clock.advance(seconds=10)
+    with pytest.raises(RunTimedOut):
+        await asyncio.wait_for(run, 2)
+
+
 async def test_a_handler_done_in_time_returns_its_value_on_both_clocks() -> None:
     async def quick(job: Job) -> str:
         return "sent"

@@ -18,6 +18,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobledger.core.clock import Clock, SystemClock
@@ -81,7 +82,10 @@ def with_timeout(handler: Handler, target: str, timeout_s: float, clock: Clock) 
             async with scope:
                 if on_loop:
                     return await handler(job)
-                alarm = asyncio.ensure_future(_expire(scope, clock, timeout_s))
+                # the deadline is fixed now: a clock that moves before the alarm's task
+                # first runs must not push the timeout back by the size of the jump
+                deadline = clock.now() + timedelta(seconds=timeout_s)
+                alarm = asyncio.ensure_future(_expire(scope, clock, deadline))
                 try:
                     return await handler(job)
                 finally:
@@ -94,8 +98,8 @@ def with_timeout(handler: Handler, target: str, timeout_s: float, clock: Clock) 
     return timed
 
 
-async def _expire(scope: asyncio.Timeout, clock: Clock, timeout_s: float) -> None:
-    await clock.sleep(timeout_s)
+async def _expire(scope: asyncio.Timeout, clock: Clock, deadline: datetime) -> None:
+    await clock.sleep(max((deadline - clock.now()).total_seconds(), 0.0))
     scope.reschedule(asyncio.get_running_loop().time())
 
 
