@@ -10,7 +10,9 @@ What an application needs is here: `App`, the records it gets back (`Job` for a
 handler, `Enqueued` from an enqueue, `Done` from `wait_done`), `NewJob` for
 `enqueue_many`, the errors an enqueue or an admin call raises (all `JobledgerError`),
 and the signals a handler raises to steer its outcome (`TargetUnreachable`,
-`TargetOutcomeUnknown`, `DeadNow`, `SkipRun`). Tests: `jobledger.testing`.
+`TargetOutcomeUnknown`, `DeadNow`, `SkipRun`), a target's growing retry delays
+(`Backoff`) and what a run past its `timeout_s` is recorded as (`RunTimedOut`). Tests:
+`jobledger.testing`.
 """
 
 from jobledger.app import App, Done
@@ -23,16 +25,19 @@ from jobledger.domain.errors import (
     InvalidStatus,
     JobledgerError,
     NotFound,
+    RunTimedOut,
     SkipRun,
     TargetOutcomeUnknown,
     TargetUnreachable,
     UnknownTarget,
 )
 from jobledger.domain.jobs import Job, JobStatus, NewJob
+from jobledger.domain.run_policy import Backoff
 from jobledger.engine import Enqueued
 
 __all__ = [
     "App",
+    "Backoff",
     "ConfigError",
     "DeadNow",
     "Done",
@@ -46,6 +51,7 @@ __all__ = [
     "JobledgerError",
     "NewJob",
     "NotFound",
+    "RunTimedOut",
     "SkipRun",
     "TargetOutcomeUnknown",
     "TargetUnreachable",

@@ -43,6 +43,7 @@ from jobledger.core.handlers import PayloadType, no_handler, payload_type_of, ty
 from jobledger.core.registry import as_async, check_target_name, lane_and_mode
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import JobStatus, NewJob
+from jobledger.domain.run_policy import Backoff, RetryPolicy, check_timeout, retry_policy
 from jobledger.engine import Enqueued, EnqueueOptions
 from jobledger.pod import Pod, build
 from jobledger.storage.port import Store
@@ -82,6 +83,8 @@ class _Target:
     exclusive: bool
     payload: type[Any] | None
     max_attempts: int | None
+    retry: RetryPolicy | None = None
+    timeout_s: float | None = None
 
 
 class App:
@@ -112,6 +115,8 @@ class App:
         exclusive: bool = False,
         payload: type[Any] | None = None,
         max_attempts: int | None = None,
+        retry: Sequence[float | timedelta] | Backoff | None = None,
+        timeout_s: float | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of target `name`.
 
@@ -120,9 +125,25 @@ class App:
         first parameter's annotation) the payload is validated at enqueue and the
         handler receives the rebuilt object (and the job, if it takes a second
         parameter); without it, the handler receives the `Job`.
+
+        `retry`: the waits after its failed runs, a list of delays (seconds or
+        timedeltas; `[5, 10]`: three runs, then DEAD) or a `jobledger.Backoff`; by default
+        the `retry_delays_minutes` setting (1, 2, 4, 8, 16 minutes). `max_attempts` (or a
+        per-code maximum) wins over the count the list implies.
+
+        `timeout_s`: a run still going after that long is stopped and recorded as timed
+        out (`RunTimedOut`): at-least-once, a failed attempt retried per `retry`;
+        at-most-once, DEAD. An `async def` is cancelled; a plain `def` cannot be: its
+        thread runs on to its end after the timeout is recorded, so its side effect may
+        still happen, and at-least-once the retry may run alongside it. The timeout must
+        be shorter than what is left of the lane's lease when a run starts (the
+        `partition_lease_s` margin on the fast lane, `long_lease_s` on the long one):
+        a longer one is refused when the app is built, before any job runs.
         """
 
         lane_and_mode(name, lane, delivery_mode)  # a typo fails here, naming the valid values
+        policy = retry_policy(name, retry)  # so do bad retry and timeout values
+        timeout = check_timeout(name, timeout_s)
 
         def decorate(fn: F) -> F:
             self._declare(
@@ -134,6 +155,8 @@ class App:
                     exclusive,
                     payload or payload_type_of(fn),
                     max_attempts,
+                    policy,
+                    timeout,
                 )
             )
             return fn
@@ -226,7 +249,13 @@ class App:
             if wrap is not None and t.handler is not None:
                 handler = wrap(as_async(handler))
             targets.register(
-                t.name, t.lane, handler, delivery_mode=t.delivery_mode, exclusive=t.exclusive
+                t.name,
+                t.lane,
+                handler,
+                delivery_mode=t.delivery_mode,
+                exclusive=t.exclusive,
+                retry=t.retry,
+                timeout_s=t.timeout_s,
             )
             if t.max_attempts is not None:
                 targets.set_max_attempts(t.name, t.max_attempts)

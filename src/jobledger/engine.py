@@ -23,7 +23,7 @@ from jobledger.core import context
 from jobledger.core.clock import Clock, SystemClock
 from jobledger.core.handlers import PayloadType
 from jobledger.core.ids import new_id
-from jobledger.core.registry import TargetRegistry
+from jobledger.core.registry import RunLimits, TargetRegistry
 from jobledger.domain import job_commands
 from jobledger.domain.enqueue_rules import check_counter_key, check_new_job, resolve_run_at
 from jobledger.domain.errors import InvalidArgument
@@ -98,10 +98,14 @@ class Engine:
     ) -> None:
         self.store = store
         self.settings = settings or Settings()
+        self.clock: Clock = clock or SystemClock()
         self.targets = targets or TargetRegistry(self.settings.max_attempts)
         for code, attempts in self.settings.max_attempts_by_code.items():
             self.targets.set_max_attempts(code, attempts)
-        self.clock: Clock = clock or SystemClock()
+        # targets' timeouts run on this clock and must fit these leases
+        self.targets.bind(
+            RunLimits(self.clock, self.settings.partition_lease_s, self.settings.long_lease_s)
+        )
         #: called with the NewJob of each lossy item after its transaction commits
         self.lossy_handoff: Any = None
         #: run lines, alerts, metrics and traces hang off this fan-out

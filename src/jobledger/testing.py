@@ -20,6 +20,7 @@ whole test.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -132,6 +133,8 @@ class Failures:
         async def run(job: Job) -> object:
             try:
                 return await handler(job)
+            except asyncio.CancelledError:
+                raise  # not the handler's failure: its timeout (or the test) cancelled it
             except BaseException as exc:
                 raised[job.id] = exc
                 raise

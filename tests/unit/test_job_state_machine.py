@@ -201,7 +201,10 @@ class JobMachine(RuleBasedStateMachine):
         self.write(i, decided.change)
         if result == Result.OK or result == Result.SKIPPED:
             m.leave()
-        elif result == Result.ANSWERED:
+        elif result == Result.TIMED_OUT and m.mode == DeliveryMode.AT_MOST_ONCE:
+            m.attempts += 1  # the run may have had its effect: never sent again
+            m.dead()
+        elif result == Result.ANSWERED or result == Result.TIMED_OUT:
             m.attempts += 1
             m.dead() if m.attempts >= m.max_attempts else m.pending()
         elif result == Result.DEAD_NOW:

@@ -25,6 +25,7 @@ from jobledger.domain.jobs import (
 )
 from jobledger.domain.policies import retry_delay
 from jobledger.domain.records import fast_init
+from jobledger.domain.run_policy import RetryPolicy
 from jobledger.domain.timeutil import iso
 
 
@@ -37,6 +38,7 @@ class Result(enum.StrEnum):
     UNKNOWN = "unknown"  # TargetOutcomeUnknown
     DEAD_NOW = "dead_now"  # DeadNow / {dead_now: true}
     SKIPPED = "skipped"  # SkipRun(reason): a late schedule slot
+    TIMED_OUT = "timed_out"  # RunTimedOut: the run outlived its target's timeout_s
 
 
 class OutcomeLabel(enum.StrEnum):
@@ -67,11 +69,14 @@ class RunResult:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class OutcomePolicy:
-    """What the outcome path needs to know about the job's target."""
+    """What the outcome path needs to know about the job's target: its delivery mode,
+    the runs allowed before DEAD, and the waits between them (`retry`, the target's own
+    policy; None: `retry_delays_minutes`, the settings' table)."""
 
     delivery_mode: DeliveryMode
     max_attempts: int
     retry_delays_minutes: tuple[float, ...]
+    retry: RetryPolicy | None = None
 
 
 @fast_init
@@ -92,16 +97,22 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
     ok → succeeded (leaves the queue); answered → attempts + 1 and backoff, DEAD at the
     max; unreachable → no attempt spent, target paused; unknown → at-most-once DEAD (and
     paused unless the target is up), at-least-once treated as unreachable; dead_now →
-    DEAD, pause state left as it is.
+    DEAD, pause state left as it is; timed out → at-least-once an answered failure,
+    at-most-once DEAD (the cancelled run may have had its effect), an attempt spent.
     """
     if run.result == Result.OK:
         return succeeded(job, run, stamp)
     error = error_text(run.error)
-    if run.result == Result.ANSWERED:
+    if run.result == Result.TIMED_OUT and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
+        return dead_outcome(job, stamp, "timeout", error, job.attempts + 1)
+    if run.result == Result.ANSWERED or run.result == Result.TIMED_OUT:
         attempts = job.attempts + 1
         if attempts >= policy.max_attempts:
             return dead_outcome(job, stamp, "max_attempts", error, attempts)
-        next_run = stamp.at + retry_delay(attempts, policy.retry_delays_minutes)
+        if policy.retry is None:
+            next_run = stamp.at + retry_delay(attempts, policy.retry_delays_minutes)
+        else:
+            next_run = stamp.at + policy.retry.delay(attempts, job.id)
         failed: dict[str, Any] = {
             "attempts": attempts,
             "error": error,

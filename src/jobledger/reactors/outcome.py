@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from jobledger.core.context import enter_job, leave
 from jobledger.core.registry import Target
 from jobledger.domain import job_outcomes
-from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
+from jobledger.domain.errors import RunTimedOut, SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.job_outcomes import (
     Outcome,
@@ -77,6 +77,8 @@ def classify(exc: BaseException | None, duration_ms: float) -> RunResult:
         )
     if getattr(exc, "dead_now", False) is True:
         return RunResult(Result.DEAD_NOW, error=text, duration_ms=duration_ms)
+    if isinstance(exc, RunTimedOut):
+        return RunResult(Result.TIMED_OUT, error=text, duration_ms=duration_ms)
     return RunResult(Result.ANSWERED, error=text, duration_ms=duration_ms)
 
 
@@ -123,8 +125,9 @@ class OutcomePath:
     def policy(self, target: Target, job: Job) -> OutcomePolicy:
         return OutcomePolicy(
             target.delivery_mode,
-            self.engine.targets.max_attempts(job.code),
+            self.engine.targets.max_attempts(job.code, target),
             self.engine.settings.retry_delays_minutes,
+            target.retry,
         )
 
     def judge(
