@@ -22,6 +22,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import pytest
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import SystemClock
-from jobledger.domain.jobs import JobStatus
+from jobledger.domain.jobs import Job, JobStatus
 from jobledger.domain.policies import SEND_MARGIN_SHARE
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
@@ -175,14 +176,31 @@ async def test_three_workers_split_21_21_22_and_leave_cleanly(kind: str, tmp_pat
             await store.close()
 
 
-async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> None:
+@dataclass
+class Killed:
+    """What `kill_one_mid_drain` leaves: the jobs it enqueued (id → target), the killed
+    worker's pid, every delivery and the rows still in the queue (all DEAD)."""
+
+    ids: dict[str, str]
+    victim: int
+    seen: list[dict[str, Any]]
+    rows: dict[str, Job]
+
+
+async def kill_one_mid_drain(
+    kind: str, tmp_path: Path, delay_s: float, chains: dict[str, int], kill_after: int
+) -> Killed:
+    """Three workers split the partitions; then `chains[target]` keys of ten versions
+    each are enqueued per target, the first worker is SIGKILLed once it has delivered
+    `kill_after` rows, and the two others drain the rest (every row delivered or DEAD)
+    and stop cleanly."""
     out = tmp_path / "out.jsonl"
     async with store_url(kind, tmp_path) as url:
         store = open_store(url)
         await store.open()
         engine = Engine(store, settings=Settings())
         multiprocess_app.setup(engine)
-        workers = Workers(url, out, 0.01)
+        workers = Workers(url, out, delay_s)
         try:
             for i in range(3):
                 workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
@@ -192,9 +210,9 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
 
             await wait_until(split, 60, "the 21/21/22 split")
             ids: dict[str, str] = {}
-            for target in ("mp:amo", "mp:alo"):
+            for target, keys in chains.items():
                 async with engine.transaction() as tx:
-                    for key in range(40):
+                    for key in range(keys):
                         for version in range(1, 11):
                             done = await engine.enqueue(
                                 target,
@@ -208,7 +226,7 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
             victim = workers.procs[0]
 
             async def started() -> bool:
-                return sum(1 for d in deliveries(out) if d["pid"] == victim.pid) >= 20
+                return sum(1 for d in deliveries(out) if d["pid"] == victim.pid) >= kill_after
 
             await wait_until(started, 60, "the victim to deliver")
             victim.send_signal(signal.SIGKILL)
@@ -224,10 +242,14 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
         finally:
             workers.stop_all()
             await store.close()
+    return Killed(ids, victim.pid, deliveries(out), rows)
 
-    seen = deliveries(out)
+
+async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> None:
+    killed = await kill_one_mid_drain(kind, tmp_path, 0.01, {"mp:amo": 40, "mp:alo": 40}, 20)
+    ids, seen, rows = killed.ids, killed.seen, killed.rows
     count = Counter(d["id"] for d in seen)
-    assert any(d["pid"] == victim.pid for d in seen)
+    assert any(d["pid"] == killed.victim for d in seen)
     for job_id, target in ids.items():
         if target == "mp:alo":
             assert count[job_id] >= 1, f"at-least-once job {job_id} never delivered"
@@ -248,7 +270,7 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
             assert versions == list(range(1, 11)), f"{chain}: {versions}"
 
 
-def at_most_once_kept(ids: list[str], seen: list[dict[str, Any]], rows: dict[str, Any]) -> None:
+def at_most_once_kept(ids: list[str], seen: list[dict[str, Any]], rows: dict[str, Job]) -> None:
     """After a kill: each at-most-once row of `ids` went out at most once, one that never
     went out is DEAD, and the rows that died are the dead pod's rows in flight, at most
     one a partition, each with its reason."""
@@ -269,53 +291,12 @@ async def test_sigkill_amid_gathered_commits_leaves_one_row_a_partition(tmp_path
     next marks of all its busy partitions (`GroupCommitter` gathering). A worker killed
     mid-drain leaves at most one marked row a partition, judged DEAD by the taker-over;
     no row goes out twice and none is lost."""
-    out = tmp_path / "out.jsonl"
-    async with store_url("sqlite", tmp_path) as url:
-        store = open_store(url)
-        await store.open()
-        engine = Engine(store, settings=Settings())
-        multiprocess_app.setup(engine)
-        workers = Workers(url, out, 0.0)
-        try:
-            for i in range(3):
-                workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
-
-            async def split() -> bool:
-                return sorted((await lease_counts(store)).values()) == [21, 21, 22]
-
-            await wait_until(split, 60, "the 21/21/22 split")
-            ids: list[str] = []
-            async with engine.transaction() as tx:
-                for key in range(300):
-                    for version in range(1, 11):
-                        done = await engine.enqueue(
-                            "mp:amo", {"v": version}, tx=tx, key=f"k{key}", version=version
-                        )
-                        assert done.job_id is not None
-                        ids.append(done.job_id)
-            victim = workers.procs[0]
-
-            async def started() -> bool:
-                return sum(1 for d in deliveries(out) if d["pid"] == victim.pid) >= 50
-
-            await wait_until(started, 60, "the victim to deliver")
-            victim.send_signal(signal.SIGKILL)
-            victim.wait(timeout=10)
-
-            async def drained() -> bool:
-                return all(j.status == JobStatus.DEAD for j in await all_jobs(store))
-
-            await wait_until(drained, 90, "every row to be delivered or DEAD")
-            assert workers.stop_all()[1:] == [0, 0]
-            rows = {j.id: j for j in await all_jobs(store)}
-        finally:
-            workers.stop_all()
-            await store.close()
-    seen = deliveries(out)
-    victims = {d["partition"] for d in seen if d["pid"] == victim.pid}
+    killed = await kill_one_mid_drain("sqlite", tmp_path, 0.0, {"mp:amo": 300}, 50)
+    seen = killed.seen
+    victims = {d["partition"] for d in seen if d["pid"] == killed.victim}
     # the kill landed mid-drain: the victim's partitions still had rows to send
-    assert any(d["pid"] != victim.pid and d["partition"] in victims for d in seen)
-    at_most_once_kept(ids, seen, rows)
+    assert any(d["pid"] != killed.victim and d["partition"] in victims for d in seen)
+    at_most_once_kept(list(killed.ids), seen, killed.rows)
 
 
 def order_violations(seen: list[dict[str, Any]], margin_s: float) -> list[str]:
