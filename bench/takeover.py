@@ -38,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,16 +93,28 @@ async def fresh_url(kind: str, workdir: Path) -> AsyncIterator[str]:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def spawn(url: str, pod: str, out: Path, src: str | None, log: Path) -> subprocess.Popen[bytes]:
+def spawn(
+    url: str,
+    pod: str,
+    out: Path,
+    src: str | None,
+    log: Path,
+    *,
+    long_run_s: float = LONG_RUN_S,
+    settings: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """A worker from `src` (None: this tree) with default settings but `settings`
+    (JOBLEDGER_* variables), its deliveries appended to `out`."""
     path = [str(ROOT)] + ([src] if src else [])
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]),
         "LANES_OUT": str(out),
         "LANES_DELAY_S": "0.05",
-        "LANES_LONG_DELAY_S": str(LONG_RUN_S),
+        "LANES_LONG_DELAY_S": str(long_run_s),
     }
     env = {k: v for k, v in env.items() if not k.startswith("JOBLEDGER_")}  # defaults
+    env.update(settings or {})
     with log.open("wb") as sink:
         return subprocess.Popen(
             [str(JOBLEDGER), "--store", url, "worker", "--app", APP, "--pod-id", pod],
@@ -259,6 +271,18 @@ async def one_round(kind: str, side: str, src: str | None, wait_long: bool, work
     return result
 
 
+def print_sides(rounds: Sequence[Any], metrics: Sequence[str]) -> None:
+    """Each side's summary of `metrics`, attributes of its rounds (None: not reached)."""
+    for side in ("this", "baseline"):
+        mine = [r for r in rounds if r.side == side]
+        if not mine:
+            continue
+        print(f"\n{side}:")
+        for metric in metrics:
+            values = [v for r in mine if (v := getattr(r, metric)) is not None]
+            print("  " + summary(metric, values))
+
+
 def summary(name: str, values: list[float]) -> str:
     if not values:
         return f"{name}: -"
@@ -297,14 +321,7 @@ async def main() -> None:
                     f" ({r.partitions} partitions, {r.claims} claims; load {os.getloadavg()[0]:.2f})",
                     flush=True,
                 )
-    for side in ("this", "baseline"):
-        mine = [r for r in rounds if r.side == side]
-        if not mine:
-            continue
-        print(f"\n{side}:")
-        for metric in ("fast", "dead", "long"):
-            values = [v for r in mine if (v := getattr(r, metric)) is not None]
-            print("  " + summary(metric, values))
+    print_sides(rounds, ("fast", "dead", "long"))
     print(f"load average {os.getloadavg()}")
 
 

@@ -250,7 +250,7 @@ def v3_would_miss(
     records: list[Delivered],
     acks: list[Ack],
 ) -> None:
-    """Issue 18, measured in every run: the records of a restarted broker generation that
+    """Measured in every run: the records of a restarted broker generation that
     the recorder read only after v3's end-offset condition held. v3 killed the broker
     at that moment, so they would have been missing from the record; one acknowledged to
     a worker would have been reported lost."""

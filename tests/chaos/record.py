@@ -233,7 +233,7 @@ class Recorder:
         return False
 
     async def settled_by_end_offsets(self, timeout_s: float, stable_s: float = 1.0) -> float | None:
-        """v3's quiesce condition, kept as a measurement (issue 18): the end offsets did not
+        """v3's quiesce condition, kept as a measurement: the end offsets did not
         move for `stable_s` and the recorder read up to them. Returns the time.time() it
         held (None: not within `timeout_s`); the records of this generation read after
         that moment are what v3 would have lost to the broker's kill."""

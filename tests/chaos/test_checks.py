@@ -117,7 +117,7 @@ def lost_a2(acks: list[Ack]) -> Summary:
 
 
 def test_a_lost_job_is_classified_by_the_workers_ack_log() -> None:
-    """Issue 18: a job that succeeded with no acknowledgement logged is the engine's
+    """A job that succeeded with no acknowledgement logged is the engine's
     fault; one acknowledged at an offset never read, or read holding another record,
     points at the broker or the harness. All three fail the run."""
     engine = lost_a2([Ack("b1", app.ALO_TOPIC, 0, 1)])  # someone else's ack only

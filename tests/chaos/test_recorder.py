@@ -94,7 +94,7 @@ async def test_an_offset_never_read_fails_the_run(tansu: Tansu) -> None:
 
 
 async def test_quiesced_does_not_trust_the_end_offsets(tansu: Tansu) -> None:
-    """Issue 18. A batch of 5 at offsets 0..4: tansu's end offset is 1, so a recorder
+    """A batch of 5 at offsets 0..4: tansu's end offset is 1, so a recorder
     that read offset 0 is "caught up" by the end offsets. `quiesced` waits for fence
     records written after the batch instead, and the batch is read whole (the fences are
     not kept as records)."""

@@ -1,5 +1,5 @@
 """The operator views in headless Chromium against a real `jobledger serve` process on
-a SQLite file (issue 19 items 7, 10, 11): the API reference behind the "API" link, job
+a SQLite file: the API reference behind the "API" link, job
 history JSON that wraps between tokens, and the viewer told why actions are absent.
 Screenshots go to test-artifacts/."""
 

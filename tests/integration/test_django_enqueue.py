@@ -1,7 +1,7 @@
 """`jobledger.integrations.django` against the real Django (configured here with
-`settings.configure()`), on SQLite and on PostgreSQL, with a running pod (issue 20
-item 4). Django's code runs in a thread, as a view would; its connections are closed
-at the end of each call."""
+`settings.configure()`), on SQLite and on PostgreSQL, with a running pod.
+Django's code runs in a thread, as a view would; its connections are closed at the end
+of each call."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`KafkaTarget.on_ack`: the opt-in hook the chaos harness logs acknowledgements with
-(issue 18). Each job's handler reports the broker's acknowledgement of *its own* record —
+"""`KafkaTarget.on_ack`: the opt-in hook the chaos harness logs acknowledgements with.
+Each job's handler reports the broker's acknowledgement of *its own* record —
 on the first send (which builds the producer and goes through `send`) and on the warm
 path (`Appender.append` into the producer's open batch) — before it returns, and a
 failed send reports nothing."""

@@ -341,7 +341,7 @@ def order_violations(seen: list[dict[str, Any]], margin_s: float) -> list[str]:
 async def test_workers_joining_while_jobs_drain_never_interleave_a_key(
     kind: str, tmp_path: Path
 ) -> None:
-    """Issue 17 item 2: with short leases and workers joining mid-drain, partitions move
+    """With short leases and workers joining mid-drain, partitions move
     between processes while their rows go out. No process may send a row of a partition
     after its lease (less the safety margin) ran out, so no key is ever delivered by two
     processes at once: every delivery of a key is its next version, or a resend after a

@@ -1,4 +1,4 @@
-"""The at-most-once wake without a read (issue 21): a single enqueue's NOTIFY carries
+"""The at-most-once wake without a read: a single enqueue's NOTIFY carries
 its JobEnqueued (folded into its row), and `mark_first` marks it only when the read
 would have let it run — first of its chain, lease held, row unchanged — with its event
 in the log's hash chain.

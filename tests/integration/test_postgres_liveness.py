@@ -1,4 +1,4 @@
-"""A worker resumes within seconds once the database answers again (issue 18).
+"""A worker resumes within seconds once the database answers again.
 
 One real `jobledger worker` process with the default lease settings (30 s partition
 lease) on a private PostgreSQL cluster (tests/private_pg.py); a driver enqueues an

@@ -1,5 +1,5 @@
 """`jobledger.integrations.sqlalchemy` against the real SQLAlchemy (sync), on SQLite
-(pysqlite) and PostgreSQL (psycopg 3), with a running pod (issue 20 item 4)."""
+(pysqlite) and PostgreSQL (psycopg 3), with a running pod."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Sync enqueue on the caller's own `sqlite3.Connection` / psycopg `Connection`
-(issue 20 item 4), against a running pod on SQLite and on PostgreSQL.
+"""Sync enqueue on the caller's own `sqlite3.Connection` / psycopg `Connection`,
+against a running pod on SQLite and on PostgreSQL.
 
 The sync code runs in a thread (as a Flask or Django view would), the pod on the event
 loop. Rolled back: nothing exists. Committed: the pod delivers it, woken by the commit.

@@ -1,6 +1,6 @@
 """What the test broker (tansu, memory storage) guarantees about offsets, measured.
 
-Issue 18: the chaos harness counted an at-least-once job as lost (`JobSucceeded`, its
+The chaos harness counted an at-least-once job as lost (`JobSucceeded`, its
 record never read) right before its broker-restart fault, where the recorder reads "up
 to the end offsets" before the broker is killed. These tests pin what tansu does with
 many concurrent producers on one partition (the chaos workers share each Kafka

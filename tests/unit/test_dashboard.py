@@ -1,4 +1,4 @@
-"""The dashboard's series (issue 19 item 7): queue depth samples folded by the stats
+"""The dashboard's series: queue depth samples folded by the stats
 projection equal the read model at the end of each minute, the series fill and filter
 as documented, the samples stay within their windows, and the HTTP route and page
 serve them (charts drawn as SVG on the server)."""

@@ -1,6 +1,6 @@
-"""The small operator fixes of issue 19 item 11: history JSON that wraps between
+"""The small operator fixes: history JSON that wraps between
 tokens, the rendered API reference behind the "API" link, the viewer told why actions
-are absent; and no stale "next run" on disabled schedules and DEAD jobs (item 10)."""
+are absent; and no stale "next run" on disabled schedules and DEAD jobs."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def assert_error(response: Any, status: int, code: str) -> None:
     assert body["statusCode"] == status and body["code"] == code, body
 
 
-# --- item 1: crafted input -------------------------------------------------------------
+# --- crafted input -------------------------------------------------------------
 
 
 async def test_nul_in_filters_and_codes_is_a_clean_4xx(w: World) -> None:
@@ -122,7 +122,7 @@ async def test_malformed_or_forged_flash_cookies_are_ignored(w: World) -> None:
                 assert "You won a prize" not in response.text
 
 
-# --- item 4: headers, body size, echoes --------------------------------------------------
+# --- headers, body size, echoes --------------------------------------------------
 
 
 async def test_security_headers_on_pages_and_api(w: World) -> None:
@@ -196,7 +196,7 @@ async def test_errors_do_not_echo_large_input(w: World) -> None:
         assert response.status_code == 400 and len(response.text) < 1000
 
 
-# --- item 5: sessions, links, limits ------------------------------------------------------
+# --- sessions, links, limits ------------------------------------------------------
 
 
 async def test_session_cookie_is_signed_and_expires(w: World) -> None:

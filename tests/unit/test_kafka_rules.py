@@ -276,7 +276,7 @@ def test_each_class_maps_to_its_handler_signal() -> None:
 
 
 def test_signals_drive_the_outcome_path_as_the_reference_says() -> None:
-    """The handler signals, read by the shared outcome path, give §5's outcomes."""
+    """The handler signals, read by the shared outcome path, give the reference engine's outcomes."""
     from jobledger.domain.job_outcomes import OutcomePolicy, RunResult
     from jobledger.domain.job_outcomes import Result as R
 

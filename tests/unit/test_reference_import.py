@@ -1,4 +1,4 @@
-"""Reference-engine rows → events, on sample documents shaped like reference §3."""
+"""Reference-engine rows → events, on sample documents shaped like the reference engine's `jobs` collection."""
 
 from __future__ import annotations
 

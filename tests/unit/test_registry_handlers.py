@@ -1,4 +1,4 @@
-"""Handlers the Python way (issue 20 item 3): a decorator, and plain `def` handlers that
+"""Handlers the Python way: a decorator, and plain `def` handlers that
 run in a worker thread instead of failing on `await None` after their side effect."""
 
 from __future__ import annotations

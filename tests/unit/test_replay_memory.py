@@ -1,4 +1,4 @@
-"""Replay's memory does not grow with the log (issue 21): the streamed replay's peak of
+"""Replay's memory does not grow with the log: the streamed replay's peak of
 traced allocations is the same for a log five times longer, while the whole in-memory
 rebuild's (every open row held at once) grows with it — the measure can fail.
 

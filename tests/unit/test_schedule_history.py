@@ -1,4 +1,4 @@
-"""A schedule's run history from the log (issue 19 item 10): slots that ran, were
+"""A schedule's run history from the log: slots that ran, were
 skipped or missed (with reasons), slots whose job failed, admin changes, bounded pages
 of the stream; the API route and the page."""
 

@@ -96,7 +96,7 @@ async def test_a_stream_whose_first_event_was_deleted_is_reported(
     filled: MemoryStore, page: int
 ) -> None:
     # The archive removes whole streams only: a stream that starts above v1 lost events
-    # that no remaining link names (issue 17 item 6).
+    # that no remaining link names.
     index = next(i for i, e in enumerate(filled.tables.events) if e.version == 1)
     removed = filled.tables.events.pop(index)
     filled.tables.events[:] = [

@@ -25,6 +25,27 @@ def port(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> float:
+    """A positive duration in seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def add_stop_timeout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stop-timeout-s",
+        type=seconds,
+        default=None,
+        help="seconds a SIGTERM / SIGINT stop takes at most (default: the stop_timeout_s"
+        " setting, 10)",
+    )
+
+
 def add_http_options(parser: argparse.ArgumentParser, *, default_port: int = 8080) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument(

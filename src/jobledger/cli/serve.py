@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
+import dataclasses
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from jobledger.cli._audit import reach
-from jobledger.cli._options import add_app_option, add_http_options, bind
+from jobledger.cli._options import (
+    add_app_option,
+    add_http_options,
+    add_stop_timeout_option,
+    bind,
+)
+from jobledger.cli._stopping import StopDeadline, abandon, stop_on_signals
 
 __all__ = ["add_http_options", "print_access", "stop_on_signals"]
-
-if TYPE_CHECKING:
-    from jobledger.cli.worker import StopDeadline
 
 
 def register(sub: Any) -> None:
@@ -39,23 +40,8 @@ def register(sub: Any) -> None:
         action="store_true",
         help="serve the API only: no lanes, no ticker (schedules still sync)",
     )
+    add_stop_timeout_option(parser)
     parser.set_defaults(func=run)
-
-
-@contextlib.contextmanager
-def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
-    """SIGINT / SIGTERM set `stop` (a second Ctrl-C still interrupts)."""
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
 
 
 def print_access(app: Any, base: str, out: TextIO) -> None:
@@ -76,8 +62,6 @@ def print_access(app: Any, base: str, out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobledger.cli.worker import StopDeadline
-
     deadline = StopDeadline()
     try:
         return asyncio.run(_serve(args, deadline=deadline))
@@ -97,13 +81,15 @@ async def _serve(
     from jobledger.reactors import gc_freeze
 
     settings = gc_freeze.own_process(load_settings(file=getattr(args, "config", None)))
+    if getattr(args, "stop_timeout_s", None) is not None:
+        settings = dataclasses.replace(settings, stop_timeout_s=args.stop_timeout_s)
     configure_logging(settings)
     user_app = load_app(args.app) if args.app else App()
     app = user_app.bind(settings, url=getattr(args, "store", None))
     await reach(app.store)
     sock = bind(args)
     stop = asyncio.Event()
-    with stop_on_signals(stop):
+    with stop_on_signals(stop, then=abandon(app.runtime)):
         await user_app.start(workers=False if args.no_workers else None)
         try:
 

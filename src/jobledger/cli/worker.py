@@ -10,9 +10,13 @@ Settings come from the config file (`--config`/JOBLEDGER_CONFIG) and the environ
 (`JOBLEDGER_<NAME>`, `JOBS_WORKERS=off` for an enqueue-only pod); the store from
 `--store`/JOBLEDGER_STORE. SIGTERM or SIGINT stops taking work, finishes what is in
 flight, releases the partitions and removes the pod's liveness row — within
-`stop_timeout_s` (JOBLEDGER_STOP_TIMEOUT_S, 10 s): a stop still waiting then (on a
-database or broker that does not answer) is cut short and the process exits with
-status 1; its leases expire and other pods take its rows over.
+`stop_timeout_s` (--stop-timeout-s, JOBLEDGER_STOP_TIMEOUT_S, 10 s). Long-lane runs of
+at-least-once targets still going at 70 % of it are cancelled and given back: PENDING,
+due now, no attempt spent, so the next pod (or this one restarted) starts them at once.
+A stop still waiting at the timeout (on a database or broker that does not answer) is
+cut short and the process exits with status 1; its leases expire and other pods take
+its rows over. A second SIGINT or SIGTERM during the stop says in one line what it
+abandons and exits at once (status 128 + the signal's number).
 
 `--metrics-port PORT` (or JOBLEDGER_METRICS_PORT; 0, the default, serves nothing)
 serves this worker's /metrics, /healthz and /readyz on 127.0.0.1 (--metrics-host or
@@ -24,20 +28,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import os
-import sys
-import threading
 from typing import Any
 
-from jobledger.cli._options import add_app_option, port
+from jobledger.cli._options import add_app_option, add_stop_timeout_option, port
+from jobledger.cli._stopping import EXIT_STOP_TIMEOUT, StopDeadline, abandon, stop_on_signals
+
+__all__ = ["EXIT_STOP_TIMEOUT", "StopDeadline", "register", "run"]
 
 logger = logging.getLogger("jobledger.worker")
-
-#: exit status of a process whose stop outlived `stop_timeout_s`
-EXIT_STOP_TIMEOUT = 1
 
 
 def register(sub: Any) -> None:
@@ -64,43 +64,8 @@ def register(sub: Any) -> None:
         default=None,
         help="address of the metrics server (default: the metrics_host setting, 127.0.0.1)",
     )
+    add_stop_timeout_option(parser)
     parser.set_defaults(func=run)
-
-
-class StopDeadline:
-    """Ends the process `timeout_s` after `arm()` unless `disarm()` came first.
-
-    A timer thread, not a task: it fires even when the event loop is blocked, or when
-    `asyncio.run` waits at exit for tasks that ignore their cancellation.
-    """
-
-    def __init__(self) -> None:
-        self._timer: threading.Timer | None = None
-
-    def arm(self, timeout_s: float) -> None:
-        if self._timer is None:
-            self._timer = threading.Timer(timeout_s, _exit_late, (timeout_s,))
-            self._timer.daemon = True
-            self._timer.start()
-
-    def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-
-
-def _exit_late(timeout_s: float) -> None:
-    logger.error(
-        "stop not finished within stop_timeout_s=%gs: exiting now; this pod's partition"
-        " and long-lane leases expire and other pods take its rows over",
-        timeout_s,
-    )
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):
-            handler.flush()
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(EXIT_STOP_TIMEOUT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     from jobledger.config.load import load_settings
     from jobledger.observability.logs import configure_logging
     from jobledger.reactors import gc_freeze
-    from jobledger.reactors.runtime import wait_for_signal
 
     settings = gc_freeze.own_process(load_settings(file=args.config))
     if args.log_level:
@@ -119,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, metrics_port=args.metrics_port)
     if args.metrics_host:
         settings = dataclasses.replace(settings, metrics_host=args.metrics_host)
+    if args.stop_timeout_s is not None:
+        settings = dataclasses.replace(settings, stop_timeout_s=args.stop_timeout_s)
     configure_logging(settings)
     app = load_app(args.app) if args.app else App()
     app.bind(settings, url=args.store, pod_id=args.pod_id)
@@ -129,14 +95,17 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.attach(asyncio.get_running_loop())
         await reach(app.pod.store)
-        try:
-            await app.start()
-            pod = app.pod.runtime.pod
-            logger.info("worker %s running (workers %s)", pod, "on" if settings.workers else "off")
-            await wait_for_signal()
-        finally:
-            deadline.arm(settings.stop_timeout_s)
-            await app.stop()
+        stop = asyncio.Event()
+        with stop_on_signals(stop, then=abandon(app.pod.runtime)):
+            try:
+                await app.start()
+                pod = app.pod.runtime.pod
+                on = "on" if settings.workers else "off"
+                logger.info("worker %s running (workers %s)", pod, on)
+                await stop.wait()
+            finally:
+                deadline.arm(settings.stop_timeout_s)
+                await app.stop()
 
     try:
         asyncio.run(main())

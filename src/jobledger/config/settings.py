@@ -1,4 +1,4 @@
-"""Tuning numbers with the reference's values as defaults (reference §8).
+"""Tuning numbers, with the reference engine's values as their defaults.
 
 Each field says how it is read and checked and what it means (`metadata=setting(…)`,
 `jobledger.config.spec`): the one list of settings. `jobledger.config.load` loads them
@@ -140,7 +140,8 @@ class Settings:
             as_float,
             positive,
             "A stopping pod finishes in-flight runs, releases its partitions and exits within"
-            " this, whatever waits (s).",
+            " this, whatever waits (s); long-lane at-least-once runs still going at 70 % of"
+            " it are given back, due now. `jobledger worker --stop-timeout-s` overrides it.",
         ),
     )
     max_payload_bytes: int = field(

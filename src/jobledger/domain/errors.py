@@ -1,4 +1,4 @@
-"""Errors with stable machine-readable codes, and the handler signals of reference §4.
+"""Errors with stable machine-readable codes, and the signals a handler raises.
 
 `JobledgerError.code` is what the admin API returns in `{statusCode, code, message[]}`.
 The three handler signals tell the outcome path how a run ended; any other exception
@@ -66,7 +66,7 @@ class ConfigError(JobledgerError):
     code = "invalid_config"
 
 
-# --- handler signals (reference §4 "handler errors") -------------------------
+# --- handler signals: how a handler says why its run failed -----------------
 
 
 class TargetUnreachable(Exception):

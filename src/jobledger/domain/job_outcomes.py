@@ -1,8 +1,9 @@
 """The one outcome path of both lanes, pure: how a run ended (`Result`, `RunResult`),
 what follows from it (`decide_outcome`, an `Outcome` labelled by `OutcomeLabel`), and
 the judgements of rows a run left behind: a fast-lane row in flight at a takeover
-(`take_over`), a long-lane row whose pod died (`claim_of_dead_pod`) or whose lease
-expired (`reclaim_expired`), a run whose outcome lost to another's (`redelivered`).
+(`take_over`), a long-lane row whose pod died (`claim_of_dead_pod`), whose lease
+expired (`reclaim_expired`) or whose run a stopping pod cut short
+(`stopped_while_running`), a run whose outcome lost to another's (`redelivered`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class OutcomeLabel(enum.StrEnum):
     DEFERRED = "deferred"  # unreachable (or an unknown outcome, at-least-once): no attempt
     DEAD = "dead"
     SKIPPED = "skipped"  # a late schedule slot skipped (SkipRun)
-    REQUEUED = "requeued"  # in flight at a takeover, at-least-once: sent again
+    REQUEUED = "requeued"  # in flight at a takeover or a stop, at-least-once: sent again
     CLAIMED = "claimed"  # long lane: claimed under this pod's token
     RECLAIMED = "reclaimed"  # long lane: lease expired, at-least-once: claimed again
     LOST = "lost"  # the run's outcome lost its compare-and-set to another writer
@@ -199,6 +200,25 @@ def claim_of_dead_pod(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
             job.attempts,
         )
     requeued = {"reason": "its pod died while running", "token": job.claim_token}
+    return Outcome(
+        append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
+    )
+
+
+def stopped_while_running(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome | None:
+    """Long lane: a RUNNING row whose run its own pod cut short while stopping (the run
+    outlived the stop's share of `stop_timeout_s`; it was cancelled and wrote nothing).
+
+    at-least-once → given back: `JobRequeued{reason: stopped}` drops the claim, spends no
+    attempt and makes the row due now, so the next reserve of any pod starts it at once
+    instead of after its lease. at-most-once → None, the row is left as it is: the run
+    may have made its side effect, so its claim stays and whoever takes the claim over
+    (a pod finding this one's liveness token free, or any reserve once the lease has
+    expired) judges it DEAD, as for a pod that died.
+    """
+    if mode == DeliveryMode.AT_MOST_ONCE:
+        return None
+    requeued = {"reason": "stopped", "token": job.claim_token, "next_run_at": iso(stamp.at)}
     return Outcome(
         append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
     )

@@ -16,6 +16,7 @@ cannot disagree. State machine::
     PENDING|RUNNING --JobDeferred--> PENDING, no attempt spent (target unreachable,
                                      or a marked row that was not sent)
     PENDING --JobRequeued--> PENDING, mark dropped (takeover, at-least-once)
+    RUNNING --JobRequeued--> PENDING, claim dropped (its pod died or stopped, at-least-once)
     (left) --JobRedelivered--> (left)           (a run whose outcome lost to another's)
     PENDING|RUNNING --JobDead--> DEAD
     DEAD --JobRetried--> PENDING, attempts 0                   (admin)

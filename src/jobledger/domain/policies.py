@@ -43,7 +43,7 @@ def retry_delay(
 def share_target(
     live_pods: int, owned_counts: Sequence[int], mine: int, partitions: int = PARTITIONS
 ) -> int:
-    """How many partitions this pod should hold now (reference §6 lease heartbeat).
+    """How many partitions this pod should hold now (at each lease heartbeat).
 
     The fair share is ceil(P / live pods); while another live pod holds fewer than
     floor(P / live pods) this pod yields down to max(floor, 1) so that the newcomer
@@ -64,7 +64,7 @@ def send_deadline(lease_until: datetime, lease_s: float) -> datetime:
     `lease_until` is the pod's own reading: the time it sent the renewal plus the lease,
     so it is never later than what the store granted. The margin covers a send already
     started, the outcome commit that follows it, and clock skew between pods; a pod past
-    it sends no further row of that partition (reference §9: a pod that lost its lease
-    between rows sends nothing more).
+    it sends no further row of that partition: a pod that lost its lease between rows
+    sends nothing more.
     """
     return lease_until - timedelta(seconds=lease_s * SEND_MARGIN_SHARE)

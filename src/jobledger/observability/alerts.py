@@ -6,7 +6,7 @@
     schedule_missed  a schedule tick found missed slots or skipped late ones
 
 The default hook writes one structured error log line per alert, `job dead alert …`
-like the reference (§5, §7). Plug a pager in by passing any object with
+as the reference engine writes it. Plug a pager in by passing any object with
 `alert(kind, message, fields)` to `AlertObserver` / `install_observers(alert_hook=…)`.
 """
 

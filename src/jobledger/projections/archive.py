@@ -1,4 +1,4 @@
-"""The event log's archive and retention policy (issue 9): the log cannot grow forever.
+"""The event log's archive and retention policy: the log cannot grow forever.
 
 With `log_retention_days` set, a sweep finds job streams that have *left the queue*
 (succeeded, skipped, cancelled or expired) and whose newest event is older than the

@@ -296,6 +296,9 @@ class PartitionLeases:
             if not gone:
                 logger.info("pods %s hold their liveness tokens again", dead)
                 return
+            # a pod that stopped cleanly released its partitions before its token: take
+            # this pod's share of them now rather than at the next heartbeat
+            self._beat_now.set()
             logger.log(
                 logging.WARNING if taken or rows else logging.INFO,
                 "pod %s took over dead pods %s: %d partitions, %d long-lane claims",

@@ -19,7 +19,8 @@ have at most one RUNNING row per code across pods: the reserve skips live
 write is a compare-and-set on the row, so a pod whose claim was taken over cannot
 write a stale outcome. The claims of a pod that died are taken over at once by the pod that finds its
 liveness token free (`take_over_claims`, decisions D57), and a pod that lost its token
-claims nothing until it has it back.
+claims nothing until it has it back. A stop that cancels runs outliving it gives their
+at-least-once rows back, due now (`give_back`, D52).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -37,7 +39,7 @@ from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.events import SYSTEM
 from jobledger.domain.job_outcomes import Outcome, OutcomeLabel
-from jobledger.domain.jobs import Job, JobStatus, Lane, Stamp
+from jobledger.domain.jobs import DeliveryMode, Job, JobStatus, Lane, Stamp
 from jobledger.domain.lanes import TargetView, pick_long
 from jobledger.reactors.outcome import OutcomePath, Ran
 from jobledger.reactors.states import Moves
@@ -96,6 +98,8 @@ class LongLane:
         self.event = asyncio.Event()
         self.event.set()
         self.current: dict[str, Job] = {}  # rows this pod runs, as last written
+        #: rows whose run has not ended yet (the handler, or its outcome's write)
+        self.running: set[str] = set()
         self.batches: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # renewals and outcomes of a row never interleave
         self._task: asyncio.Task[None] | None = None
@@ -298,18 +302,59 @@ class LongLane:
         if target is None:  # pragma: no cover - reserve only picks registered targets
             self.current.pop(row.id, None)
             return
+        self.running.add(row.id)
         try:
             run = await self.outcomes.run(target, row)
             async with self._lock:
-                latest = self.current.pop(row.id, row)
+                latest = self.current.get(row.id, row)
                 outcome = self.outcomes.judge(target, latest, run)
                 (ok,) = await self.store.writes.apply([outcome.change])
+                # only once written: a stop that cuts the write short gives the row back
+                self.current.pop(row.id, None)
             # a claim taken over loses the compare-and-set: the run still goes in the log
             await self.outcomes.settle([Ran(latest, target, run, outcome)], [ok], self.pod)
         except Exception:
             self.engine.observers.store_error("long_outcome")
             self.current.pop(row.id, None)
             logger.exception("long lane: writing the outcome of job %s failed", row.id)
+        finally:
+            self.running.discard(row.id)
+
+    # --- a stop that cut runs short ----------------------------------------------------------
+    async def give_back(self) -> None:
+        """The rows this pod still holds after its stop cancelled their runs (they
+        outlived the runs' share of `stop_timeout_s`; no outcome was written), judged by
+        `job_outcomes.stopped_while_running`: at-least-once rows are given back (PENDING,
+        claim dropped, no attempt spent, due now: another pod, or this one restarted,
+        starts them at once instead of after `long_lease_s`); at-most-once rows keep
+        their claim, for whoever takes it over to judge DEAD. A run that ignored its
+        cancellation keeps its row too: it may still be running."""
+        async with self._lock:  # no lease renewal of a stubborn run's batch meanwhile
+            left = [row for row_id, row in self.current.items() if row_id not in self.running]
+            if not left:
+                return
+            judged = await self.outcomes.judge_left_behind(
+                left, job_outcomes.stopped_while_running, "its pod stopped while it ran"
+            )
+            given = [job.id for job, _, ok in judged if ok]
+            for row_id in given:
+                self.current.pop(row_id, None)
+        logger.warning(
+            "pod %s stopping: gave back %d long-lane runs cut short (PENDING, due now); %d"
+            " rows keep their claim (at-most-once, or a run still going) for the pod that"
+            " takes them over",
+            self.pod,
+            len(given),
+            len(self.current),
+        )
+
+    def modes_running(self) -> Counter[DeliveryMode]:
+        """The rows this pod holds claimed now, by their target's delivery mode."""
+        modes: Counter[DeliveryMode] = Counter()
+        for row in self.current.values():
+            target = self.engine.targets.find(row.target)
+            modes[target.delivery_mode if target is not None else DeliveryMode.AT_MOST_ONCE] += 1
+        return modes
 
     async def _heartbeat(self, ids: list[str]) -> None:
         lease = timedelta(seconds=self.settings.long_lease_s)

@@ -172,16 +172,17 @@ class OutcomePath:
     async def judge_left_behind(
         self,
         rows: Sequence[Job],
-        decide: Callable[[Job, DeliveryMode, Stamp], Outcome],
+        decide: Callable[[Job, DeliveryMode, Stamp], Outcome | None],
         reason: str,
         *,
         guard: LeaseGuard | None = None,
     ) -> list[tuple[Job, Outcome, bool]]:
         """Rows another run left behind (in flight at a takeover, claimed by a pod that
-        died): each judged by `decide` with its target's delivery mode, all written in
-        one apply (lease-guarded with `guard`), those applied settled with `judged`.
-        Rows of a target this pod does not know are left as they are. Returns each
-        judged row, its outcome and whether it was applied."""
+        died, cut short by this pod's stop): each judged by `decide` with its target's
+        delivery mode, all written in one apply (lease-guarded with `guard`), those
+        applied settled with `judged`. Rows of a target this pod does not know, and rows
+        `decide` answers None for, are left as they are. Returns each judged row, its
+        outcome and whether it was applied."""
         engine = self.engine
         decided: list[tuple[Job, Outcome]] = []
         for job in rows:
@@ -190,7 +191,9 @@ class OutcomePath:
                 logger.warning("job %s: target %s is not registered here", job.id, job.target)
                 continue
             stamp = Stamp(engine.clock.now(), SYSTEM, job.trace_id)
-            decided.append((job, decide(job, target.delivery_mode, stamp)))
+            outcome = decide(job, target.delivery_mode, stamp)
+            if outcome is not None:
+                decided.append((job, outcome))
         if not decided:
             return []
         flags = await engine.store.writes.apply([o.change for _, o in decided], guard=guard)

@@ -16,10 +16,11 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from jobledger.core.tasks import cancel_and_wait
-from jobledger.domain.jobs import Lane
+from jobledger.domain.jobs import DeliveryMode, Lane
 from jobledger.reactors import gc_freeze
 from jobledger.reactors.commit import MAX_COMMIT_CHANGES, GroupCommitter
 from jobledger.reactors.fast_lane import FastLane
@@ -41,6 +42,16 @@ FINISH_SHARE = 0.7
 LEAVE_SHARE = 0.85
 #: how long a cancelled part of the stop is waited for before the stop goes on
 UNWIND_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A pod's work under way (`Runtime.in_flight`)."""
+
+    at_least_once: int  # long-lane rows claimed, at-least-once targets
+    at_most_once: int  # long-lane rows claimed, at-most-once targets
+    fast_rounds: int  # fast-lane partitions with a round in progress
+    tokens: bool  # the store has liveness tokens: a takeover follows the process's end
 
 
 class Reactor(Protocol):
@@ -126,9 +137,11 @@ class Runtime:
         Bounded by `settings.stop_timeout_s` (T), so a pod leaves even when its database
         or broker does not answer (docs/operations.md, "Stopping a pod"): the reactors
         and the runs in flight get until 0.7 T, then the runs still going are cancelled
-        (their rows have no outcome written: the next owner judges them as after a
-        crash); releasing the partitions and deleting the liveness row are tried until
-        0.85 T (leases left behind expire); the rest of T is for closing the store."""
+        and their rows have no outcome written: the long lane gives its at-least-once
+        rows back (due now, no attempt spent: `LongLane.give_back`), the other rows are
+        judged by whoever takes them over, as after a crash; giving back, releasing the
+        partitions and deleting the liveness row are tried until 0.85 T (leases left
+        behind expire); the rest of T is for closing the store."""
         if not self.started:
             return
         self.started = False
@@ -148,6 +161,7 @@ class Runtime:
             "finishing the runs in flight",
             on_late=self._cancel_in_flight,
         )
+        await _bounded(self.long.give_back(), leave_by, "giving back the long-lane rows")
         if self._lanes_done():
             await _bounded(
                 self.leases.release_all(),
@@ -173,6 +187,18 @@ class Runtime:
     async def _finish_in_flight(self) -> None:
         await asyncio.gather(self.long.stop(), self.fast.stop())
         await self.committer.close()
+
+    def in_flight(self) -> InFlight:
+        """What this pod runs now: its long-lane rows by delivery mode, its fast-lane
+        partitions in a round, and whether its store has liveness tokens (another pod
+        then takes it over as soon as its process is gone)."""
+        modes = self.long.modes_running()
+        return InFlight(
+            at_least_once=modes[DeliveryMode.AT_LEAST_ONCE],
+            at_most_once=modes[DeliveryMode.AT_MOST_ONCE],
+            fast_rounds=sum(1 for p in list(self.fast.workers) if self.fast.busy(p)),
+            tokens=self.leases.liveness is not None,
+        )
 
     def _cancel_in_flight(self) -> None:
         """Cancel the lanes' runs still going: their rows keep no outcome, so they stay

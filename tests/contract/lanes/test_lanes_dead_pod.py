@@ -136,3 +136,32 @@ async def test_a_pod_that_loses_its_token_sends_nothing_until_it_holds_it_again(
     assert [j.payload for j in await a.long.reserve()] == [{"n": 2}]
     assert sent.payloads == [{"n": 1}]
     await a.leases.release_all()
+
+
+async def test_a_pod_that_left_cleanly_has_its_released_partitions_taken_at_once(
+    store: Store, kit: Kit, clock: FakeClock
+) -> None:
+    """A clean stop releases the partitions, then gives the token up: the pod watching it
+    finds the token free and beats after the grace, taking the partitions then instead
+    of at its next heartbeat (10 s; the fake clock never gets there here)."""
+    tokens_or_skip(store)
+    a = pod(make_engine(store, clock), "pod-a")
+    await a.leases.start()
+    async with kit.peer(store) as peer:
+        b = pod(make_engine(peer, clock), "pod-b")
+        await b.leases.start()
+        assert b.leases.owned == {} and b.leases.watched == {"pod-a"}
+        beats = asyncio.create_task(b.leases.run())
+        try:
+            await a.leases.release_all()  # the end of a clean stop
+            for _ in range(20):  # the grace runs on the fake clock: 2 s at most
+                if len(b.leases.owned) == store.partitions:
+                    break
+                clock.advance(seconds=0.1)
+                await asyncio.sleep(0.02)
+            assert set(b.leases.owned) == set(range(store.partitions))
+        finally:
+            b.leases.stop()
+            await beats
+            await b.leases.release_all()
+    await settle()

@@ -1,4 +1,4 @@
-"""`/api/v1/schedules` (reference §4): list, enable, disable, cron override."""
+"""`/api/v1/schedules`: list, enable, disable, cron override."""
 
 from __future__ import annotations
 

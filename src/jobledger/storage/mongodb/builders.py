@@ -2,7 +2,7 @@
 
 The executor (`store.py`) only passes these documents to PyMongo, so the shapes the
 server needs are unit-tested here without a server (tests/unit/test_mongodb_builders.py).
-Collections, mapped from reference §3 onto the event log and its projections:
+Collections, mapped from the reference engine's onto the event log and its projections:
 
     events      the append-only log     {_id: "stream/version", stream, version, type, data,
                                          …, dedupe_key?, pending: true | position}

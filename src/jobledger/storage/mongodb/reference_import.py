@@ -4,7 +4,7 @@ Pure: a reference document goes in, the `Change`s that recreate it as a stream c
 (JobEnqueued with the reference's own partition, then JobFailed or JobDead for the state
 it had). `jobledger import-reference` feeds them to any store.
 
-Mapping (reference §3 → docs/mongodb.md "Migrating from the reference engine"):
+Mapping (docs/mongodb.md, "Migrating from the reference engine"):
 
 * `_id` (ObjectId) → a jobledger id with the same creation millisecond, so newest-first
   order is kept; the ObjectId is kept in the event as `reference_id`.

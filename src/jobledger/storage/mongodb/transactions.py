@@ -13,7 +13,7 @@
   retries it.
 
 `explain_conflict(exc)` adds the one-line note a business block under `async with
-store.transaction()` shows when such an error escapes it (decisions D40).
+store.writes.transaction()` shows when such an error escapes it (decisions D40).
 """
 
 from __future__ import annotations
