@@ -3,6 +3,8 @@
     .venv/bin/python bench/drain.py --store sqlite --jobs 20000
     .venv/bin/python bench/drain.py --store postgres --jobs 50000
     .venv/bin/python bench/drain.py --store postgres --jobs 50000 --pods 2
+    .venv/bin/python bench/drain.py --store postgres --modes at_most_once --rounds 5 \\
+        --baseline-src path/to/other/checkout/src
 
 For each delivery mode: enqueue N no-op jobs (distinct keys, all partitions; not timed),
 start a Runtime, and time until the queue is empty; the engine line also shows this
@@ -10,6 +12,12 @@ process's CPU time per job (the rest of the wall time is the database and other 
 plain table of N rows with `DELETE … RETURNING` in batches of 100 (no events, no
 ordering, no leases): the floor of what the database itself can do. Prints jobs/s and
 the engine/raw ratio. Performance lives here, never in timed tests.
+
+`--modes` picks the delivery modes, `--rounds` repeats the whole measurement (each round
+has its own raw baseline). `--baseline-src DIR` (DIR or DIR/src holds a `jobledger`
+package, e.g. `git archive <rev> src` of the tree before) runs each engine drain in a
+subprocess on this tree's code and on DIR's, in turns (A B, then B A in the next
+round), and prints the ratio of this tree to the baseline per round and their median.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import argparse
 import asyncio
 import os
 import sqlite3
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -319,33 +329,114 @@ async def pods_drain(jobs: int, mode: str, pods: int) -> float:
         return jobs / elapsed
 
 
-async def main(argv: list[str]) -> int:
+THIS_SRC = Path(__file__).resolve().parent.parent / "src"
+RESULT = "drain-result"
+
+
+def source_dir(folder: str) -> Path:
+    src = Path(folder).resolve()
+    src = src / "src" if (src / "src" / "jobledger").is_dir() else src
+    if not (src / "jobledger").is_dir():
+        raise SystemExit(f"--baseline-src {folder}: no jobledger package in {src}")
+    return src
+
+
+def drain_in(src: Path, store: str, jobs: int, mode: str, label: str) -> float:
+    """One engine drain in a subprocess running the `jobledger` of `src`: its jobs/s."""
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{Path(__file__).parent}"}
+    args = [sys.executable, __file__, "--store", store, "--jobs", str(jobs), "--one", mode]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout
+    rate = 0.0
+    for line in out.splitlines():
+        if line.startswith(RESULT):
+            rate = float(line.split()[1])
+        else:
+            print(f"{line}  [{label}]")
+    return rate
+
+
+def ab_rounds(args: argparse.Namespace, tmp: Path, modes: list[str]) -> None:
+    """This tree and `--baseline-src` in turns, `--rounds` times; each round's raw baseline."""
+    sides = [("this tree", THIS_SRC), ("baseline", source_dir(args.baseline_src))]
+    ratios: dict[str, list[float]] = {mode: [] for mode in modes}
+    to_raw: dict[str, list[float]] = {mode: [] for mode in modes}
+    for round_ in range(args.rounds):
+        print(f"round {round_ + 1}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        raw = (
+            raw_sqlite(tmp, args.jobs)
+            if args.store == "sqlite"
+            else asyncio.run(raw_postgres(args.jobs))
+        )
+        for mode in modes:
+            order = sides if round_ % 2 == 0 else sides[::-1]
+            rates = {name: drain_in(src, args.store, args.jobs, mode, name) for name, src in order}
+            ratios[mode].append(rates["this tree"] / rates["baseline"])
+            to_raw[mode].append(rates["this tree"] / raw)
+            print(
+                f"  {mode:14s} this tree / baseline = {ratios[mode][-1]:.3f};"
+                f" this tree / raw = {to_raw[mode][-1]:.3f},"
+                f" baseline / raw = {rates['baseline'] / raw:.3f}"
+            )
+    for mode in modes:
+        shown = " ".join(f"{r:.2f}" for r in ratios[mode])
+        print(
+            f"{mode:14s} this tree / baseline per round: {shown}; median"
+            f" {statistics.median(ratios[mode]):.3f}; this tree / raw"
+            f" {min(to_raw[mode]):.3f}-{max(to_raw[mode]):.3f}"
+        )
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--modes", default="at_least_once,at_most_once")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--baseline-src", default=None, metavar="DIR")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a side's subprocess
     parser.add_argument(
         "--pods",
         type=int,
         default=1,
         help="worker processes (PostgreSQL only); 1: the pod runs in this process",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+async def main(args: argparse.Namespace) -> int:
+    modes = args.modes.split(",")
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
+        if args.one:
+            print(f"{RESULT} {await engine_drain(args.store, tmp, args.jobs, args.one)}")
+            return 0
         print(f"{args.store}: drain of {args.jobs} no-op jobs")
-        raw = (
-            raw_sqlite(tmp, args.jobs) if args.store == "sqlite" else await raw_postgres(args.jobs)
-        )
-        results: dict[str, Any] = {}
-        for mode in ("at_least_once", "at_most_once"):
-            if args.pods > 1 and args.store == "postgres":
-                results[mode] = await pods_drain(args.jobs, mode, args.pods)
-            else:
-                results[mode] = await engine_drain(args.store, tmp, args.jobs, mode)
-        for mode, rate in results.items():
-            print(f"  ratio {mode:14s} engine/raw = {rate / raw:.3f}")
+        for _ in range(args.rounds):
+            raw = (
+                raw_sqlite(tmp, args.jobs)
+                if args.store == "sqlite"
+                else await raw_postgres(args.jobs)
+            )
+            results: dict[str, Any] = {}
+            for mode in modes:
+                if args.pods > 1 and args.store == "postgres":
+                    results[mode] = await pods_drain(args.jobs, mode, args.pods)
+                else:
+                    results[mode] = await engine_drain(args.store, tmp, args.jobs, mode)
+            for mode, rate in results.items():
+                print(f"  ratio {mode:14s} engine/raw = {rate / raw:.3f}")
+    return 0
+
+
+def run(argv: list[str]) -> int:
+    args = parse(argv)
+    if args.baseline_src is None:
+        return asyncio.run(main(args))
+    with tempfile.TemporaryDirectory() as tmpdir:
+        print(f"{args.store}: drain of {args.jobs} no-op jobs, this tree and a baseline")
+        ab_rounds(args, Path(tmpdir), args.modes.split(","))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    sys.exit(run(sys.argv[1:]))

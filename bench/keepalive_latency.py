@@ -35,6 +35,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drain import source_dir
+
 THIS_SRC = Path(__file__).resolve().parents[1] / "src"
 KEY = "bench-keepalive-key-0123456789"
 SERVE = "from jobledger.cli import main; raise SystemExit(main())"
@@ -48,14 +50,6 @@ class Side:
     host: str = ""
     port: int = 0
     rounds: list[list[float]] = field(default_factory=list)
-
-
-def source_dir(folder: str) -> Path:
-    src = Path(folder).resolve()
-    src = src / "src" if (src / "src" / "jobledger").is_dir() else src
-    if not (src / "jobledger").is_dir():
-        raise SystemExit(f"--baseline-src {folder}: no jobledger package in {src}")
-    return src
 
 
 @contextmanager

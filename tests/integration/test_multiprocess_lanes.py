@@ -3,7 +3,8 @@
 Short lease settings (2 s partition lease, 0.3 s heartbeat) keep them at seconds. The
 handlers append one line per delivery to a file, so the test checks what really went
 out: the 21/21/22 split, and after a SIGKILL mid-batch nothing lost, at-most-once rows
-delivered at most once, at-least-once rows at least once, per-key order kept; and with
+delivered at most once (the rows that die: at most one a partition, also amid SQLite's
+gathered commits), at-least-once rows at least once, per-key order kept; and with
 workers joining mid-drain while each stalls once past its lease, no key is ever sent by
 two processes at once (every delivery's order checked, not only first deliveries).
 """
@@ -21,6 +22,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ import pytest
 
 from jobledger.config.settings import Settings
 from jobledger.core.clock import SystemClock
-from jobledger.domain.jobs import JobStatus
+from jobledger.domain.jobs import Job, JobStatus
 from jobledger.domain.policies import SEND_MARGIN_SHARE
 from jobledger.engine import Engine
 from jobledger.storage.port import Store
@@ -174,14 +176,31 @@ async def test_three_workers_split_21_21_22_and_leave_cleanly(kind: str, tmp_pat
             await store.close()
 
 
-async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> None:
+@dataclass
+class Killed:
+    """What `kill_one_mid_drain` leaves: the jobs it enqueued (id → target), the killed
+    worker's pid, every delivery and the rows still in the queue (all DEAD)."""
+
+    ids: dict[str, str]
+    victim: int
+    seen: list[dict[str, Any]]
+    rows: dict[str, Job]
+
+
+async def kill_one_mid_drain(
+    kind: str, tmp_path: Path, delay_s: float, chains: dict[str, int], kill_after: int
+) -> Killed:
+    """Three workers split the partitions; then `chains[target]` keys of ten versions
+    each are enqueued per target, the first worker is SIGKILLed once it has delivered
+    `kill_after` rows, and the two others drain the rest (every row delivered or DEAD)
+    and stop cleanly."""
     out = tmp_path / "out.jsonl"
     async with store_url(kind, tmp_path) as url:
         store = open_store(url)
         await store.open()
         engine = Engine(store, settings=Settings())
         multiprocess_app.setup(engine)
-        workers = Workers(url, out, 0.01)
+        workers = Workers(url, out, delay_s)
         try:
             for i in range(3):
                 workers.spawn(f"w{i}", tmp_path / f"w{i}.log")
@@ -191,9 +210,9 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
 
             await wait_until(split, 60, "the 21/21/22 split")
             ids: dict[str, str] = {}
-            for target in ("mp:amo", "mp:alo"):
+            for target, keys in chains.items():
                 async with engine.transaction() as tx:
-                    for key in range(40):
+                    for key in range(keys):
                         for version in range(1, 11):
                             done = await engine.enqueue(
                                 target,
@@ -207,7 +226,7 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
             victim = workers.procs[0]
 
             async def started() -> bool:
-                return sum(1 for d in deliveries(out) if d["pid"] == victim.pid) >= 20
+                return sum(1 for d in deliveries(out) if d["pid"] == victim.pid) >= kill_after
 
             await wait_until(started, 60, "the victim to deliver")
             victim.send_signal(signal.SIGKILL)
@@ -223,22 +242,19 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
         finally:
             workers.stop_all()
             await store.close()
+    return Killed(ids, victim.pid, deliveries(out), rows)
 
-    seen = deliveries(out)
+
+async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> None:
+    killed = await kill_one_mid_drain(kind, tmp_path, 0.01, {"mp:amo": 40, "mp:alo": 40}, 20)
+    ids, seen, rows = killed.ids, killed.seen, killed.rows
     count = Counter(d["id"] for d in seen)
-    assert any(d["pid"] == victim.pid for d in seen)
+    assert any(d["pid"] == killed.victim for d in seen)
     for job_id, target in ids.items():
         if target == "mp:alo":
             assert count[job_id] >= 1, f"at-least-once job {job_id} never delivered"
             assert job_id not in rows
-        else:
-            assert count[job_id] <= 1, f"at-most-once job {job_id} delivered {count[job_id]}x"
-            if count[job_id] == 0:  # never sent: it must be DEAD (taken over in flight)
-                assert job_id in rows and rows[job_id].status == JobStatus.DEAD
-    # the at-most-once rows that died are exactly the victim's rows in flight
-    dead = [r for r in rows.values() if r.status == JobStatus.DEAD]
-    assert all(r.dead_reason == "in flight when its partition was taken over" for r in dead)
-    assert len(dead) <= 22
+    at_most_once_kept([i for i, t in ids.items() if t == "mp:amo"], seen, rows)
     # per-key order: a version is first delivered only after every earlier one
     # (at-most-once: after every earlier one that was not closed DEAD)
     first: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -252,6 +268,35 @@ async def test_sigkill_mid_batch_loses_nothing(kind: str, tmp_path: Path) -> Non
         assert versions == sorted(versions), f"{target} {chain} out of order: {versions}"
         if target == "mp:alo":
             assert versions == list(range(1, 11)), f"{chain}: {versions}"
+
+
+def at_most_once_kept(ids: list[str], seen: list[dict[str, Any]], rows: dict[str, Job]) -> None:
+    """After a kill: each at-most-once row of `ids` went out at most once, one that never
+    went out is DEAD, and the rows that died are the dead pod's rows in flight, at most
+    one a partition, each with its reason."""
+    count = Counter(d["id"] for d in seen)
+    for job_id in ids:
+        assert count[job_id] <= 1, f"at-most-once job {job_id} delivered {count[job_id]}x"
+        if count[job_id] == 0:  # never sent: it must be DEAD (taken over in flight)
+            assert job_id in rows and rows[job_id].status == JobStatus.DEAD
+    dead = [r for r in rows.values() if r.status == JobStatus.DEAD]
+    assert all(r.dead_reason == "in flight when its partition was taken over" for r in dead)
+    per_partition = Counter(r.partition for r in dead)
+    assert all(n == 1 for n in per_partition.values()), per_partition
+    assert len(dead) <= 22
+
+
+async def test_sigkill_amid_gathered_commits_leaves_one_row_a_partition(tmp_path: Path) -> None:
+    """No-op handlers on SQLite: every commit a worker writes gathers the outcomes and
+    next marks of all its busy partitions (`GroupCommitter` gathering). A worker killed
+    mid-drain leaves at most one marked row a partition, judged DEAD by the taker-over;
+    no row goes out twice and none is lost."""
+    killed = await kill_one_mid_drain("sqlite", tmp_path, 0.0, {"mp:amo": 300}, 50)
+    seen = killed.seen
+    victims = {d["partition"] for d in seen if d["pid"] == killed.victim}
+    # the kill landed mid-drain: the victim's partitions still had rows to send
+    assert any(d["pid"] != killed.victim and d["partition"] in victims for d in seen)
+    at_most_once_kept(list(killed.ids), seen, killed.rows)
 
 
 def order_violations(seen: list[dict[str, Any]], margin_s: float) -> list[str]:

@@ -60,3 +60,40 @@ async def test_calls_share_commits_up_to_the_size_never_split() -> None:
     assert committer.commits == 4
     assert len(await all_jobs(store)) == 2710
     await store.close()
+
+
+async def workers_committing(gather_turns: int) -> list[int]:
+    """Four workers, each committing one change, then computing its next round for two
+    loop turns, eight rounds each, the first one a turn ahead of the others; the size
+    of every commit."""
+    store = CountingStore()
+    await store.open()
+    clock = FakeClock()
+    engine = Engine(store, clock=clock, settings=Settings())
+    engine.targets.register("t", "fast", lambda job: None)
+    committer = GroupCommitter(store, clock, "pod-a", gather_turns=gather_turns)
+
+    async def worker(w: int) -> None:
+        if w:
+            await asyncio.sleep(0)
+        for r in range(8):
+            change = new_jobs(engine, 1, f"w{w}-r{r}-")
+            assert await committer.commit(change, [False]) == [True]
+            for _ in range(2):  # the next round: run, judge, plan
+                await asyncio.sleep(0)
+
+    await asyncio.gather(*(worker(w) for w in range(4)))
+    await store.close()
+    return store.sizes
+
+
+async def test_a_gathering_writer_waits_for_the_workers_it_answered() -> None:
+    # without gathering the workers split into groups that take turns
+    apart = await workers_committing(0)
+    assert max(apart) < 4
+    # gathering: once the four are in step, every commit holds all four, and never
+    # waits for a worker that does not come back (each one's last round)
+    together = await workers_committing(8)
+    assert sum(together) == 32
+    assert together[-7:] == [4] * 7
+    assert len(together) < len(apart)

@@ -13,6 +13,14 @@ submits in the same loop turn, one commit takes everything, and the pod sits idl
 the database writes it (and the database idles while the pod runs the next rounds).
 With it, the workers of the first commit run their next rounds while the next commit
 is written: pod and database overlap. See docs/performance.md.
+
+A store whose writes run in the pod's own process (SQLite: the writer thread shares the
+GIL with the event loop) does better the other way round: a commit written while the
+workers compute waits for the GIL at every step, so there the writer first *gathers*
+(`gather_turns`): it lets the loop run, a turn at a time, until the workers its last
+commit answered have submitted again (with at-most-once rows, each partition's outcome
+and next mark), or the turns run out. One fuller commit then runs while the loop is
+idle. Each partition still has at most one marked row: gathering only delays a commit.
 """
 
 from __future__ import annotations
@@ -42,12 +50,19 @@ MAX_COMMIT_CHANGES = 1000
 
 class GroupCommitter:
     def __init__(
-        self, store: Store, clock: Clock, pod: str, *, max_changes: int = MAX_COMMIT_CHANGES
+        self,
+        store: Store,
+        clock: Clock,
+        pod: str,
+        *,
+        max_changes: int = MAX_COMMIT_CHANGES,
+        gather_turns: int = 0,
     ) -> None:
         self._store = store
         self._clock = clock
         self._pod = pod
         self._max_changes = max_changes
+        self._gather_turns = gather_turns
         self._pending: list[_Call] = []
         self._writer: asyncio.Task[None] | None = None
         self.commits = 0  # transactions written (for the benches)
@@ -70,8 +85,14 @@ class GroupCommitter:
                 await self._writer
 
     async def _write_all(self) -> None:
-        while self._pending:
+        answered = 0  # the calls the last commit answered
+        while True:
+            if answered > 1 and self._gather_turns:
+                await self._gather(len(self._pending) + answered)
+            if not self._pending:
+                return
             calls = self._take()
+            answered = len(calls)
             changes = [change for call in calls for change in call.changes]
             guarded = [flag for call in calls for flag in call.guarded]
             try:
@@ -87,6 +108,18 @@ class GroupCommitter:
                 if not call.future.done():
                     call.future.set_result(flags[start:end])
                 start = end
+
+    async def _gather(self, expected: int) -> None:
+        """Let the event loop run, a turn at a time (at most `gather_turns`), until
+        `expected` calls are pending (those pending now and the callers just answered,
+        back with their next round) or a commit is full."""
+        for _ in range(self._gather_turns):
+            pending = self._pending
+            if len(pending) >= expected or (
+                sum(len(call.changes) for call in pending) >= self._max_changes
+            ):
+                return
+            await asyncio.sleep(0)
 
     def _take(self) -> list[_Call]:
         """The calls of the next commit: the oldest first, whole calls, until they hold

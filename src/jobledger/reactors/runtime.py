@@ -79,9 +79,12 @@ class Runtime:
         settings = engine.settings
         self.pauses = PauseMap(engine.clock, settings.probe_interval_s, engine.observers)
         self.outcomes = OutcomePath(engine, self.pauses)
-        # a store may ask for larger group commits (SQLite: docs/performance.md)
+        # a store may ask for larger, gathered group commits (SQLite: docs/performance.md)
         most = int(getattr(engine.store, "group_commit_changes", MAX_COMMIT_CHANGES))
-        self.committer = GroupCommitter(engine.store, engine.clock, self.pod, max_changes=most)
+        turns = int(getattr(engine.store, "group_commit_gather_turns", 0))
+        self.committer = GroupCommitter(
+            engine.store, engine.clock, self.pod, max_changes=most, gather_turns=turns
+        )
         self.fast = FastLane(engine, self.pod, self.outcomes, self.committer)
         self.long = LongLane(engine, self.pod, self.outcomes)
         self.leases = PartitionLeases(

@@ -56,6 +56,10 @@ class SqliteStore(Store):
     #: waits for the GIL, so fewer, larger commits drain faster; larger still (3,000)
     #: drained little more and stalled the loop longer (docs/performance.md)
     group_commit_changes = 2000
+    #: loop turns a group commit waits for the workers its last commit answered
+    #: (`reactors.commit`): a commit written while the loop computes waits for the GIL
+    #: at each step; gathered, it runs while the loop is idle (docs/performance.md)
+    group_commit_gather_turns = 8
     writes: SqliteWrites
     queue: SqliteQueue
     coordination: SqliteCoordination
