@@ -100,3 +100,11 @@ class SkipRun(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class RunTimedOut(Exception):
+    """The run went past its target's timeout and was stopped: an answered failure (an
+    attempt spent, retried after the backoff) whose failure record names the reason
+    `timeout` (`domain.failures.reason_of`)."""
+
+    failure_reason = "timeout"

@@ -393,5 +393,9 @@ def error_text(error: str | None) -> str | None:
     at-least-once job ran again and again and nothing recorded why."""
     if error is None:
         return None
-    text = error[:MAX_ERROR_CHARS]
+    return storable_text(error[:MAX_ERROR_CHARS])
+
+
+def storable_text(text: str) -> str:
+    """`text` with U+0000 and lone surrogates replaced by U+FFFD (what no store holds)."""
     return text if text.isascii() and "\x00" not in text else _UNSTORABLE_CHARS.sub("\ufffd", text)
