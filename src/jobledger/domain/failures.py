@@ -143,9 +143,7 @@ _IMPLIED: dict[str, FailureReason] = {
     "unreachable": FailureReason.UNREACHABLE,
     "outcome_unknown": FailureReason.OUTCOME_UNKNOWN,
     "in flight when its partition was taken over": FailureReason.TAKEN_OVER,
-    "lease expired while running; the first run may have finished": (
-        FailureReason.LEASE_EXPIRED
-    ),
+    "lease expired while running; the first run may have finished": (FailureReason.LEASE_EXPIRED),
     "its pod died while running; the run may have finished": FailureReason.POD_DIED,
     "its pod died while running": FailureReason.POD_DIED,
 }
@@ -219,4 +217,3 @@ def attempt_history(events: Iterable[Event], limit: int = MAX_HISTORY) -> list[d
     an unknown (None) class."""
     found = [entry for entry in map(_attempt_of, events) if entry is not None]
     return found[-limit:] if limit >= 0 else found
-

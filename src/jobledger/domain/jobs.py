@@ -346,6 +346,16 @@ def apply_state(state: JobState | None, event: Event) -> JobState | None:
     return state
 
 
+def runs_at_close(row: Job, closing: Event) -> Job:
+    """`row`, the job as it was before `closing` (the event it left the queue with),
+    with the runs that happened: a JobSucceeded's `attempts` counts the run that
+    succeeded, which the row before it has not counted."""
+    attempts = closing.data.get("attempts")
+    if type(attempts) is not int or attempts == row.attempts:
+        return row
+    return _evolve(row, {"attempts": attempts})
+
+
 def fold(events: list[Event]) -> Job | None:
     job: Job | None = None
     for event in events:

@@ -84,19 +84,20 @@ def log_run_line(record: RunRecord) -> None:
         record.duration_ms,
         record.result,
         job.id,
-        _failure_text(failure, record.error),
+        _failure_text(failure, record.error, job.trace_id),
         exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
         extra=extra,
     )
 
 
-def _failure_text(failure: Mapping[str, Any] | None, error: str | None) -> str:
-    """The run line's tail: ` error=…`, and for a failed run its attempt, reason, class."""
+def _failure_text(failure: Mapping[str, Any] | None, error: str | None, trace: str | None) -> str:
+    """The run line's tail: ` error=…`, and for a failed run its attempt, reason, class
+    and trace id before it."""
     text = f" error={error}" if error else ""
     if failure is not None:
         text = (
             f" attempt={failure.get('attempt')} reason={failure.get('reason')}"
-            f" error_class={failure.get('error_class') or '-'}" + text
+            f" error_class={failure.get('error_class') or '-'} trace_id={trace or '-'}" + text
         )
     return text
 
