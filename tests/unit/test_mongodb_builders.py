@@ -260,3 +260,24 @@ def test_a_projection_of_no_fields_returns_only_the_id() -> None:
 def test_the_mark_is_seeded_from_the_highest_position_and_never_lowered() -> None:
     assert b.highest_position_query() == ({"position": {"$exists": True}}, [("position", -1)])
     assert b.seed_high_water(41) == ({"_id": "events"}, {"$max": {"high_water": 41}})
+
+
+def test_a_heartbeat_keeps_the_paused_targets_as_json_text() -> None:
+    """Target names hold dots and `$`: the heartbeat keeps them as JSON text, not as the
+    keys of a document, and `live_pauses` reads them back."""
+    from datetime import UTC, datetime
+
+    from jobledger.storage.mongodb import builders
+    from jobledger.storage.rows import pauses_by_pod
+
+    now = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    query, update = builders.heartbeat("pod-a", now, {"kafka:a.b$c": now})
+    assert query == {"_id": "pod-a"}
+    text = update["$set"]["paused"]
+    assert isinstance(text, str) and update["$set"]["heartbeat_at"] == now
+    assert pauses_by_pod([("pod-a", text)]) == {"pod-a": {"kafka:a.b$c": now}}
+    assert builders.heartbeat("pod-a", now)[1]["$set"]["paused"] is None
+    assert builders.live_pauses_query(now) == {
+        "heartbeat_at": {"$gt": now},
+        "paused": {"$ne": None},
+    }

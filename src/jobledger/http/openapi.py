@@ -466,7 +466,15 @@ VIEW_SCHEMAS: dict[str, Any] = {
                     "pods": {
                         "type": "array",
                         "items": _obj(
-                            {"pod": _STR, "live": {"type": "boolean"}, "partitions": _COUNT}
+                            {
+                                "pod": _STR,
+                                "live": {"type": "boolean"},
+                                "partitions": _COUNT,
+                                "paused": {
+                                    "type": ["array", "null"],
+                                    "items": _obj({"target": _STR, "since": _TIME}),
+                                },
+                            }
                         ),
                     },
                 }
