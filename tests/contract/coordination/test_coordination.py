@@ -137,3 +137,22 @@ async def test_a_heartbeat_carries_the_pods_paused_targets(store: Store, clock: 
     assert found == {"pod-a": {"mail:welcome": t0}}  # pod-b said nothing this time
     await store.coordination.remove_worker("pod-a")
     assert await store.coordination.live_pauses(t0 - timedelta(days=1)) == {"pod-d": {"x": t0}}
+
+
+async def test_a_pods_heartbeat_says_what_it_paused(store: Store, clock: FakeClock) -> None:
+    """The pod's lease heartbeat writes its pause map: a target paused on the pod is in
+    its row after the next beat, gone after it resumed and beat again."""
+    from tests.contract.lanes_kit import make_engine, pod
+
+    engine = make_engine(store, clock)
+    runtime = pod(engine, "pod-a")
+    await store.coordination.seed_partitions(store.partitions)
+    runtime.pauses.pause("kafka:orders")
+    paused_at = clock.now()
+    await runtime.leases.tick()
+    since = clock.now() - timedelta(seconds=30)
+    assert await store.coordination.live_pauses(since) == {"pod-a": {"kafka:orders": paused_at}}
+    clock.advance(seconds=5)
+    runtime.pauses.resume("kafka:orders")
+    await runtime.leases.tick()
+    assert await store.coordination.live_pauses(since) == {"pod-a": {}}
