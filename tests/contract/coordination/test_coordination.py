@@ -9,6 +9,7 @@ from datetime import timedelta
 from jobledger.core.clock import FakeClock
 from jobledger.storage.port import PartitionLease, Store
 from tests.contract.conftest import Kit
+from tests.contract.lanes_kit import make_engine, pod
 
 LEASE = timedelta(seconds=30)
 
@@ -142,8 +143,6 @@ async def test_a_heartbeat_carries_the_pods_paused_targets(store: Store, clock: 
 async def test_a_pods_heartbeat_says_what_it_paused(store: Store, clock: FakeClock) -> None:
     """The pod's lease heartbeat writes its pause map: a target paused on the pod is in
     its row after the next beat, gone after it resumed and beat again."""
-    from tests.contract.lanes_kit import make_engine, pod
-
     engine = make_engine(store, clock)
     runtime = pod(engine, "pod-a")
     await store.coordination.seed_partitions(store.partitions)
