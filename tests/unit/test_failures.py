@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+from jobledger.admin.jobs import JobAdmin
+from jobledger.core.clock import FakeClock
 from jobledger.domain import job_outcomes, jobs
 from jobledger.domain.chain import verify_chain
 from jobledger.domain.errors import DeadNow, RunTimedOut, TargetUnreachable
@@ -20,9 +22,12 @@ from jobledger.domain.failures import (
     reason_of,
 )
 from jobledger.domain.job_outcomes import OutcomePolicy, Result, RunResult
-from jobledger.domain.jobs import DeliveryMode, Job, Stamp
+from jobledger.domain.jobs import DeliveryMode, Job, NewJob, Stamp
+from jobledger.projections.audit import verify_log
+from jobledger.projections.replay import replay
 from jobledger.reactors.outcome import classify
-from tests.builders import T0, a_job
+from jobledger.storage.port import Store
+from tests.builders import T0, a_job, make_engine
 
 POLICY = OutcomePolicy(DeliveryMode.AT_LEAST_ONCE, 3, (1.0, 2.0))
 
@@ -151,27 +156,21 @@ def test_dead_now_counts_its_run() -> None:
 
 def test_engine_endings_are_named() -> None:
     long_job = a_job(lane=jobs.Lane.LONG)
-    dead = job_outcomes.reclaim_expired(
-        long_job,
-        DeliveryMode.AT_MOST_ONCE,
-        token="t",
-        pod="p",
-        lease=timedelta(minutes=1),
-        exclusive=False,
-        stamp=_stamp(),
+    dead, again = (
+        job_outcomes.reclaim_expired(
+            long_job,
+            mode,
+            token="t",
+            pod="p",
+            lease=timedelta(minutes=1),
+            exclusive=False,
+            stamp=_stamp(),
+        )
+        for mode in (DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE)
     )
     data = dead.change.events[0].data
     assert data["failure"]["reason"] == "lease_expired"
     assert data["error"] and dead.change.row.last_error  # the alert's error= names it
-    again = job_outcomes.reclaim_expired(
-        long_job,
-        DeliveryMode.AT_LEAST_ONCE,
-        token="t",
-        pod="p",
-        lease=timedelta(minutes=1),
-        exclusive=False,
-        stamp=_stamp(),
-    )
     assert again.change.events[0].data["failure"]["reason"] == "lease_expired"
     taken = job_outcomes.take_over(a_job(), DeliveryMode.AT_LEAST_ONCE, _stamp())
     assert taken.change.events[0].data["failure"]["reason"] == "taken_over"
@@ -248,3 +247,38 @@ def test_the_history_is_bounded() -> None:
         job = outcome.change.row
     history = attempt_history(events, limit=50)
     assert len(history) == 50 and history[-1]["attempt"] == 60
+
+
+async def test_old_and_new_shapes_replay_verify_and_show_on_every_store(
+    store: Store, clock: FakeClock
+) -> None:
+    """A job whose first failure was written in the old shape (no record) and whose
+    second carries one: replay finds the live rows equal to the log's fold, verify
+    finds the chains whole, and the detail shows the old attempt with an unknown class."""
+    engine = make_engine(store, clock)
+    engine.targets.register("kafka:orders", "fast", _noop)
+    async with engine.transaction() as tx:
+        (done,) = await engine.enqueue_many([NewJob("kafka:orders", {"n": 1})], tx=tx)
+    assert done.job_id is not None
+    row = await store.admin.get_job(done.job_id)
+    assert row is not None
+    old = {"attempts": 1, "error": "'missing'", "next_run_at": "2026-03-02T09:01:00.000Z"}
+    change = jobs.append_events(row, Stamp(clock.now(), SYSTEM, None), (EventType.JOB_FAILED, old))
+    assert await store.writes.apply([change]) == [True]
+    clock.advance(minutes=1)
+    row = change.row
+    run = classify(_raised(KeyError("missing")), 2.0)
+    new = job_outcomes.decide_outcome(row, run, POLICY, Stamp(clock.now(), SYSTEM, None))
+    assert await store.writes.apply([new.change]) == [True]
+
+    assert (await replay(store)).ok
+    assert (await verify_log(store)).problems == []
+    detail = await JobAdmin(store, clock).detail(done.job_id)
+    assert detail.job.attempts == 2
+    first, second = detail.attempts
+    assert (first["error_class"], first["reason"], first["attempt"]) == (None, "handler_error", 1)
+    assert (second["error_class"], second["attempt"]) == ("builtins.KeyError", 2)
+
+
+async def _noop(job: Job) -> None:
+    return None
