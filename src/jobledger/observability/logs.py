@@ -2,7 +2,7 @@
 
 Every run writes one line (the reference engine's, with the job's id added)::
 
-    job run code=do_update_oms target=kafka:… dedupe_key=… attempts=0 duration_ms=12 result=ok job_id=…
+    job run code=do_update_oms target=kafka:… dedupe_key=… attempts=1 duration_ms=12 result=ok job_id=…
 
 (written by the lanes and the lossy runners through `log_run_line`'s format) with the
 same values as `extra` fields (code, target, dedupe_key, attempts, duration_ms,
