@@ -231,6 +231,7 @@ def test_an_old_event_without_the_record_replays_verifies_and_shows_unknown_clas
     assert row is not None and row.attempts == 1 and row.last_error == "'missing'"
     (entry,) = attempt_history([first, old])
     assert entry["error_class"] is None and entry["reason"] == "handler_error"
+    assert entry["recorded"] is False
     assert entry["message"] == "'missing'" and entry["attempt"] == 1
 
 

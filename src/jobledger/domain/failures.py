@@ -181,6 +181,7 @@ def _attempt_of(event: Event) -> dict[str, Any] | None:
         "attempt": None,
         "duration_ms": data.get("duration_ms"),
         "next_run_at": data.get("next_run_at"),
+        "recorded": True,  # False: a failure written before failure records existed
     }
     if kind == EventType.JOB_SUCCEEDED:
         entry["attempt"] = data.get("attempts")
@@ -202,6 +203,7 @@ def _attempt_of(event: Event) -> dict[str, Any] | None:
     if implied is None:
         implied = FailureReason.HANDLER_ERROR if kind == EventType.JOB_FAILED else None
     entry.update(
+        recorded=False,
         reason=(implied or FailureReason.UNKNOWN).value,
         message=data.get("error") if data.get("error") is not None else said,
         attempt=data.get("attempts") if kind == EventType.JOB_FAILED else None,
@@ -212,8 +214,8 @@ def _attempt_of(event: Event) -> dict[str, Any] | None:
 def attempt_history(events: Iterable[Event], limit: int = MAX_HISTORY) -> list[dict[str, Any]]:
     """The runs of a job, oldest first, from its stream's events: one entry per event
     that ended a run (`version`, `at`, `event`, `outcome`, `reason`, `error_class`,
-    `message`, `traceback`, `attempt`, `duration_ms`, `next_run_at`), the newest
-    `limit` of them. Old events without a failure record show their implied reason and
-    an unknown (None) class."""
+    `message`, `traceback`, `attempt`, `duration_ms`, `next_run_at`, `recorded`), the
+    newest `limit` of them. Old events without a failure record (`recorded` false) show
+    their implied reason and an unknown (None) class."""
     found = [entry for entry in map(_attempt_of, events) if entry is not None]
     return found[-limit:] if limit >= 0 else found

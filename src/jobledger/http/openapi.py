@@ -156,6 +156,7 @@ SCHEMAS: dict[str, Any] = {
             "attempt": {"type": ["integer", "null"]},
             "duration_ms": {"type": ["number", "null"]},
             "next_run_at": _NSTR,
+            "recorded": {"type": "boolean"},
         }
     ),
     "Skipped": _obj({"_id": _STR, "skipped": {"const": True}}),
