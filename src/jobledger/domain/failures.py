@@ -29,6 +29,9 @@ from jobledger.domain.records import fast_init
 
 #: what a failure record keeps of a traceback at most (characters): the innermost frames
 MAX_TRACEBACK_CHARS = 8000
+#: the innermost frames formatted at most (more would not fit in the bound: formatting
+#: them, which reads their source lines, would be wasted on a deep recursion)
+MAX_TRACEBACK_FRAMES = 40
 #: what it keeps of a class name (the stores' text index limit)
 MAX_CLASS_CHARS = 512
 #: the attempts `attempt_history` returns at most (the newest)
@@ -81,12 +84,15 @@ def qualified_class(exc: BaseException) -> str:
     return storable_text(f"{cls.__module__}.{cls.__qualname__}"[:MAX_CLASS_CHARS])
 
 
-def cut_traceback(chunks: Sequence[str], limit: int = MAX_TRACEBACK_CHARS) -> str:
+def cut_traceback(
+    chunks: Sequence[str], limit: int = MAX_TRACEBACK_CHARS, *, skipped: int = 0
+) -> str:
     """A traceback of at most `limit` characters from its formatted `chunks` (what
     `traceback.TracebackException.format()` yields: the heading, one chunk per frame,
     the exception's lines, the separators of a chained exception), cut at a chunk
     boundary: the last chunks (the innermost frames and the exception) are kept, and a
-    line saying how many earlier ones were left out replaces the rest."""
+    line saying how many earlier ones were left out replaces the rest (`skipped`: frames
+    left out before formatting, counted in that line)."""
     kept: list[str] = []
     size = 0
     for chunk in reversed(chunks):
@@ -94,11 +100,14 @@ def cut_traceback(chunks: Sequence[str], limit: int = MAX_TRACEBACK_CHARS) -> st
             break
         kept.append(chunk)
         size += len(chunk)
-    left_out = len(chunks) - len(kept)
+    left_out = len(chunks) - len(kept) + skipped
     kept.reverse()
     if left_out:
         note = f"  [... {left_out} earlier frames and lines left out ...]\n"
-        kept.insert(0, TRACEBACK_HEAD + note if kept[0] != TRACEBACK_HEAD else note)
+        if kept and kept[0] == TRACEBACK_HEAD:
+            kept.insert(1, note)
+        else:
+            kept.insert(0, TRACEBACK_HEAD + note)
     text = "".join(kept)
     if len(text) > limit:  # one chunk alone is over the limit (a huge message)
         text = text[: limit - 4] + " ...\n"

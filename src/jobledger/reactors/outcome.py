@@ -28,7 +28,12 @@ from jobledger.core.registry import Target
 from jobledger.domain import job_outcomes
 from jobledger.domain.errors import SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
-from jobledger.domain.failures import cut_traceback, qualified_class, reason_of
+from jobledger.domain.failures import (
+    MAX_TRACEBACK_FRAMES,
+    cut_traceback,
+    qualified_class,
+    reason_of,
+)
 from jobledger.domain.job_outcomes import (
     Outcome,
     OutcomeLabel,
@@ -66,9 +71,17 @@ def error_of(exc: BaseException) -> str:
 
 def traceback_of(exc: BaseException) -> str | None:
     """`exc`'s traceback, bounded (`failures.cut_traceback`: whole frames, the innermost
-    kept), or None when it cannot be formatted."""
+    kept; only the innermost `MAX_TRACEBACK_FRAMES` are formatted at all), or None when
+    it cannot be formatted."""
     try:
-        return cut_traceback(list(traceback.TracebackException.from_exception(exc).format()))
+        frames = 0
+        tb = exc.__traceback__
+        while tb is not None:
+            frames += 1
+            tb = tb.tb_next
+        limit = MAX_TRACEBACK_FRAMES
+        formatted = traceback.TracebackException.from_exception(exc, limit=-limit).format()
+        return cut_traceback(list(formatted), skipped=max(frames - limit, 0))
     except Exception:  # a broken __str__ or source lookup must not lose the outcome
         return None
 
