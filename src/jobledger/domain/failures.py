@@ -63,11 +63,21 @@ _REASON_BY_CLASS: tuple[tuple[type[BaseException], FailureReason], ...] = (
 )
 _REASONS = {reason.value: reason for reason in FailureReason}
 
+#: the engine's own endings of a run, as the JobDead and JobRequeued `reason` words them
+TAKEN_OVER_TEXT = "in flight when its partition was taken over"
+LEASE_EXPIRED_TEXT = "lease expired while running; the first run may have finished"
+POD_DIED_TEXT = "its pod died while running; the run may have finished"
+
+
+def reason_named(name: object) -> FailureReason | None:
+    """The reason whose value is `name`, or None."""
+    return _REASONS.get(name) if isinstance(name, str) else None
+
 
 def reason_of(exc: BaseException) -> FailureReason:
     """The reason a run that raised `exc` failed: its class's (`failure_reason`, or the
     table above), `handler_error` for any other exception."""
-    named = _REASONS.get(getattr(type(exc), "failure_reason", None) or "")
+    named = reason_named(getattr(type(exc), "failure_reason", None))
     if named is not None:
         return named
     for cls, reason in _REASON_BY_CLASS:
@@ -151,9 +161,9 @@ _IMPLIED: dict[str, FailureReason] = {
     "dead_now": FailureReason.DEAD_NOW,
     "unreachable": FailureReason.UNREACHABLE,
     "outcome_unknown": FailureReason.OUTCOME_UNKNOWN,
-    "in flight when its partition was taken over": FailureReason.TAKEN_OVER,
-    "lease expired while running; the first run may have finished": (FailureReason.LEASE_EXPIRED),
-    "its pod died while running; the run may have finished": FailureReason.POD_DIED,
+    TAKEN_OVER_TEXT: FailureReason.TAKEN_OVER,
+    LEASE_EXPIRED_TEXT: FailureReason.LEASE_EXPIRED,
+    POD_DIED_TEXT: FailureReason.POD_DIED,
     "its pod died while running": FailureReason.POD_DIED,
 }
 #: the outcome an attempt's event stands for, as the history shows it

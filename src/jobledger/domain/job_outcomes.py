@@ -13,7 +13,15 @@ from datetime import timedelta
 from typing import Any
 
 from jobledger.domain.events import EventType, new_event
-from jobledger.domain.failures import Failure, FailureReason, engine_failure
+from jobledger.domain.failures import (
+    LEASE_EXPIRED_TEXT,
+    POD_DIED_TEXT,
+    TAKEN_OVER_TEXT,
+    Failure,
+    FailureReason,
+    engine_failure,
+    reason_named,
+)
 from jobledger.domain.job_commands import claim, dead_change, skip_slot
 from jobledger.domain.jobs import (
     Change,
@@ -80,17 +88,11 @@ _REASON_OF_RESULT = {
     Result.UNKNOWN: FailureReason.OUTCOME_UNKNOWN,
     Result.DEAD_NOW: FailureReason.DEAD_NOW,
 }
-_REASONS = {reason.value: reason for reason in FailureReason}
-
-#: the engine's own endings of a run: the reason each JobDead and JobRequeued names
-TAKEN_OVER_TEXT = "in flight when its partition was taken over"
-LEASE_EXPIRED_TEXT = "lease expired while running; the first run may have finished"
-POD_DIED_TEXT = "its pod died while running; the run may have finished"
 
 
 def run_failure(job: Job, run: RunResult) -> Failure:
     """The failure record of `job`'s run that ended as `run` (not OK, not skipped)."""
-    reason = _REASONS.get(run.reason or "") or _REASON_OF_RESULT.get(
+    reason = reason_named(run.reason) or _REASON_OF_RESULT.get(
         run.result, FailureReason.HANDLER_ERROR
     )
     return Failure(
