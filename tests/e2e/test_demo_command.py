@@ -43,8 +43,8 @@ def test_demo_serves_settles_and_exits(tmp_path: Path) -> None:
         assert proc.process.returncode == 0, proc.output
     out = proc.output
     assert "jobledger demo stopped" in out
-    # the only tracebacks are those of the demo's failing handlers, under their run lines
-    assert _stray_tracebacks(out) == []
+    # the demo's handlers fail on purpose: their lines say so without a traceback
+    assert "Traceback" not in out and "result=failed" in out
     assert "16 succeeded, 3 DEAD" in out
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM demo_orders").fetchone() == (12,)
@@ -75,15 +75,3 @@ def test_demo_no_serve_stopped_early_exits_1(tmp_path: Path) -> None:
         assert proc.process.returncode == 1, proc.output
     assert "of 6 demo jobs settled." in proc.output, proc.output
     assert "All 6 demo jobs settled" not in proc.output
-
-
-def _stray_tracebacks(out: str) -> list[str]:
-    """Tracebacks in `out` beyond one per failed run's line (`job run … attempt=…`, whose
-    record carries the handler's exception): a crash, or an error logged elsewhere."""
-    failed_runs = [line for line in out.splitlines() if "job run " in line and " attempt=" in line]
-    tracebacks = out.count("Traceback (most recent call last)")
-    return (
-        [f"{tracebacks} tracebacks for {len(failed_runs)} failed runs"]
-        if (tracebacks != len(failed_runs))
-        else []
-    )
