@@ -71,6 +71,7 @@ class Pod:
                 schedules=self.scheduler,
                 paused=self.paused_targets,
                 worker_live_s=self.settings.worker_live_s,
+                max_attempts=self.engine.targets.max_attempts,
             )
             self._http = create_app(
                 services, ApiKeys(self.keys), forwarded_allow_ips=self.settings.forwarded_allow_ips

@@ -26,27 +26,21 @@ from tests.e2e.views_setup import DOWN, register_targets
 ADMIN_KEY = "e2e-admin-key-789"
 VIEWER_KEY = "e2e-viewer-key-012"
 
-#: for every `.pair` of the history's data cells: its width on one line, the width it
-#: has to fit in, its height and the height of one line (measured in the page)
-MEASURE_PAIRS = """(() => {
+#: for every field of the history's data cells: its label, its value's width on one
+#: line, the width it has to fit in, its height and the height of one line
+MEASURE_FIELDS = """(() => {
   const rows = [];
-  for (const code of document.querySelectorAll('#history code.data')) {
-    const cell = code.parentElement;
-    const style = getComputedStyle(cell);
-    const room = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
-    const probe = document.createElement('code');
-    probe.className = 'data';
+  for (const dd of document.querySelectorAll('#history dl.event-fields dd')) {
+    const probe = document.createElement('span');
     probe.style.whiteSpace = 'nowrap';
     probe.style.position = 'absolute';
     probe.textContent = 'x';
-    cell.appendChild(probe);
+    dd.appendChild(probe);
     const line = probe.getBoundingClientRect().height;
-    for (const pair of code.querySelectorAll('.pair')) {
-      probe.textContent = pair.textContent;
-      rows.push({text: pair.textContent, natural: probe.getBoundingClientRect().width, room,
-                 height: pair.getBoundingClientRect().height, line,
-                 cellHeight: code.getBoundingClientRect().height});
-    }
+    probe.textContent = dd.firstChild ? dd.firstChild.textContent : '';
+    rows.push({label: dd.previousElementSibling.textContent, text: probe.textContent,
+               natural: probe.getBoundingClientRect().width, room: dd.clientWidth,
+               height: dd.getBoundingClientRect().height, line});
     probe.remove();
   }
   return rows;
@@ -148,20 +142,26 @@ def test_operator_views_in_chromium(tmp_path: Path) -> None:
             assert "Bearer" in page.text("#op-post-api-v1-jobs-id-retry")
             page.screenshot(ARTIFACTS / "admin-api.png")
 
-            # history data wraps between "key": value pairs, never inside a pair that fits
+            # history data reads as labelled fields, none broken while it fits its cell
             page = browser.new_page(width=900)
             _sign_in(page, base, ADMIN_KEY)
             page.goto(f"{base}/admin/jobs/{ids[0]}")
-            pairs = page.js(MEASURE_PAIRS)
-            assert len(pairs) >= 4
-            assert any(p["cellHeight"] > 1.5 * p["line"] for p in pairs)  # it did wrap
+            fields = page.js(MEASURE_FIELDS)
+            labels = {f["label"] for f in fields}
+            assert {"attempts", "error", "reason", "error class"} <= labels  # a JobDead
             split = [
-                p for p in pairs if p["natural"] <= p["room"] and p["height"] > 1.5 * p["line"]
+                f for f in fields if f["natural"] <= f["room"] and f["height"] > 1.5 * f["line"]
             ]
             assert split == []
             assert page.js("document.querySelector('.scroll').scrollWidth") <= page.js(
                 "document.querySelector('.scroll').clientWidth"
             )
+            # each failed attempt in the attempts table, its traceback folded
+            assert (
+                page.js("document.querySelectorAll('#attempt-history details.traceback').length")
+                >= 1
+            )
+            assert not page.js("document.querySelector('#attempt-history details').open")
             page.screenshot(ARTIFACTS / "admin-history-wrap.png", full_page=False)
 
             # the dashboard: tiles agree with the API, charts drawn with the stylesheet

@@ -57,7 +57,8 @@ async def test_finished_jobs_newest_first_with_how_they_ended(
         assert skip_row["ended"]["reason"] == "admin"
         assert skip_row["ended"]["actor"]["id"] == "alice"
         assert skip_row["closed_at"] == skip_row["ended"]["at"] is not None
-        assert body["data"][2]["attempts"] == 0 and "payload" not in body["data"][2]
+        # its one run, the one that succeeded, counted
+        assert body["data"][2]["attempts"] == 1 and "payload" not in body["data"][2]
 
         assert await _ids(http, status="SKIPPED") == [skipped]
         assert await _ids(http, target="kafka:orders") == [skipped]

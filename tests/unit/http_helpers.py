@@ -107,7 +107,9 @@ async def world(store: Store, clock: FakeClock) -> AsyncIterator[World]:
     scheduler.declare("nightly_report", "0 2 * * *", _slot)
     scheduler.declare("cleanup", "*/10 * * * *", _slot)
     await scheduler.sync()
-    services = Services(store, clock, JobAdmin(store, clock), scheduler)
+    services = Services(
+        store, clock, JobAdmin(store, clock), scheduler, max_attempts=engine.targets.max_attempts
+    )
     app = create_app(services, ApiKeys(parse_api_keys(KEYS)), csrf_secret=b"s" * 32)
     yield World(store, clock, engine, scheduler, app)
 

@@ -167,9 +167,9 @@ async def test_dashboard_route_and_page(clock: FakeClock) -> None:
 async def test_pods_live_and_their_partitions(store: Store, clock: FakeClock) -> None:
     now = clock.now()
     await store.coordination.seed_partitions(8)
-    await store.coordination.heartbeat("pod-a", now)
+    await store.coordination.heartbeat("pod-a", now, {"kafka:orders": now - timedelta(minutes=2)})
     await store.coordination.heartbeat("pod-b", now - timedelta(seconds=90))  # stopped beating
-    await store.coordination.heartbeat("pod-c", now - timedelta(seconds=5))
+    await store.coordination.heartbeat("pod-c", now - timedelta(seconds=5), {})
     for partition in range(5):
         assert await store.coordination.take_partition(
             partition, "pod-a", now, now + timedelta(seconds=30)
@@ -186,8 +186,34 @@ async def test_pods_live_and_their_partitions(store: Store, clock: FakeClock) ->
         "live_s": 30,
         "partitions": 8,
         "pods": [
-            {"pod": "pod-a", "live": True, "partitions": 5},
-            {"pod": "pod-b", "live": False, "partitions": 2},
-            {"pod": "pod-c", "live": True, "partitions": 0},
+            {
+                "pod": "pod-a",
+                "live": True,
+                "partitions": 5,
+                "paused": [{"target": "kafka:orders", "since": "2026-03-02T08:58:00.000Z"}],
+            },
+            {"pod": "pod-b", "live": False, "partitions": 2, "paused": None},
+            {"pod": "pod-c", "live": True, "partitions": 0, "paused": []},
         ],
     }
+
+
+async def test_the_paused_panel_reads_the_pods_heartbeats(clock: FakeClock) -> None:
+    """`serve --no-workers` with a separate `worker`: this process runs no worker, yet the
+    panel shows each live pod's paused targets and since when, from its heartbeat."""
+    async with world(MemoryStore(), clock) as w:
+        now = clock.now()
+        since = now - timedelta(minutes=3)
+        await w.store.coordination.heartbeat("worker-1", now, {"kafka:orders": since})
+        await w.store.coordination.heartbeat("worker-2", now, {})
+        async with client(w.app) as http:
+            body = (await http.get("/api/v1/dashboard", headers=ADMIN)).json()
+            await login(http, ADMIN_KEY)
+            page = (await http.get("/admin/dashboard")).text
+    assert body["paused_known"] is True
+    by_target = {r["target"]: r["paused_since"] for r in body["targets"]}
+    assert by_target["kafka:orders"] == "2026-03-02T08:57:00.000Z"
+    panel = page.split('id="paused"', 1)[1].split("</section>", 1)[0]
+    assert "Unknown" not in panel
+    assert '<li data-pod="worker-1" data-target="kafka:orders">' in panel
+    assert "since 2026-03-02 08:57:00Z" in panel

@@ -208,8 +208,10 @@ class JobMachine(RuleBasedStateMachine):
             m.attempts += 1
             m.dead() if m.attempts >= m.max_attempts else m.pending()
         elif result == Result.DEAD_NOW:
+            m.attempts += 1  # the run that went DEAD is one of the runs counted
             m.dead()
         elif result == Result.UNKNOWN and m.mode == DeliveryMode.AT_MOST_ONCE:
+            m.attempts += 1
             m.dead()
             assert decided.pause_target == (not target_up)
         else:  # unreachable, or unknown at-least-once: no attempt spent, target paused
@@ -225,7 +227,11 @@ class JobMachine(RuleBasedStateMachine):
         m, row = self.models[i], self.rows[i]
         assert row is not None
         self.write(i, job_outcomes.take_over(row, m.mode, self.stamp()).change)
-        m.dead() if m.mode == DeliveryMode.AT_MOST_ONCE else m.pending()
+        if m.mode == DeliveryMode.AT_MOST_ONCE:
+            m.attempts += 1  # the send in flight may have happened: counted as a run
+            m.dead()
+        else:
+            m.pending()
 
     @rule(data=st.data())
     def reclaim_expired(self, data: st.DataObject) -> None:
@@ -246,6 +252,7 @@ class JobMachine(RuleBasedStateMachine):
         )
         self.write(i, outcome.change)
         if m.mode == DeliveryMode.AT_MOST_ONCE:
+            m.attempts += 1  # the first run may have finished: counted as a run
             m.dead()
         else:
             m.lease_until = self.now + LEASE

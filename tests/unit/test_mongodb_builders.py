@@ -16,6 +16,7 @@ from jobledger.domain.policies import partition_of
 from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
 from jobledger.storage.mongodb import builders as b
 from jobledger.storage.port import JobFilter
+from jobledger.storage.rows import pauses_by_pod
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 STAMP = Stamp(NOW, Actor("alice", "http", "admin"), "trace-1")
@@ -198,7 +199,10 @@ def test_partition_lease_documents() -> None:
         {"_id": 3},
         {"$setOnInsert": {"owner": None, "lease_until": None}},
     )
-    assert b.heartbeat("pod-a", NOW) == ({"_id": "pod-a"}, {"$set": {"heartbeat_at": NOW}})
+    assert b.heartbeat("pod-a", NOW) == (
+        {"_id": "pod-a"},
+        {"$set": {"heartbeat_at": NOW, "paused": None}},
+    )
     assert b.live_workers_query(NOW) == {"heartbeat_at": {"$gt": NOW}}
 
 
@@ -260,3 +264,19 @@ def test_a_projection_of_no_fields_returns_only_the_id() -> None:
 def test_the_mark_is_seeded_from_the_highest_position_and_never_lowered() -> None:
     assert b.highest_position_query() == ({"position": {"$exists": True}}, [("position", -1)])
     assert b.seed_high_water(41) == ({"_id": "events"}, {"$max": {"high_water": 41}})
+
+
+def test_a_heartbeat_keeps_the_paused_targets_as_json_text() -> None:
+    """Target names hold dots and `$`: the heartbeat keeps them as JSON text, not as the
+    keys of a document, and `live_pauses` reads them back."""
+    now = NOW
+    query, update = b.heartbeat("pod-a", now, {"kafka:a.b$c": now})
+    assert query == {"_id": "pod-a"}
+    text = update["$set"]["paused"]
+    assert isinstance(text, str) and update["$set"]["heartbeat_at"] == now
+    assert pauses_by_pod([("pod-a", text)]) == {"pod-a": {"kafka:a.b$c": now}}
+    assert b.heartbeat("pod-a", now)[1]["$set"]["paused"] is None
+    assert b.live_pauses_query(now) == {
+        "heartbeat_at": {"$gt": now},
+        "paused": {"$ne": None},
+    }

@@ -128,8 +128,9 @@ def _sent_by_builder() -> dict[str, list[Any]]:
         "renew_partition": [b.renew_partition("p", 1, NOW, UNTIL)],
         "lease_fence": [b.lease_fence("p", NOW, 1)],
         "release_partitions": [b.release_partitions("p", [1, 0])],
-        "heartbeat": [b.heartbeat("p", NOW)],
+        "heartbeat": [b.heartbeat("p", NOW), b.heartbeat("p", NOW, {"kafka:a.b$c": NOW})],
         "live_workers_query": [b.live_workers_query(NOW)],
+        "live_pauses_query": [b.live_pauses_query(NOW)],
         "checkpoint_update": [
             b.checkpoint_update(3, {"s": [1, 2]}),
             b.checkpoint_update(0, None, {"_data": "826A1B"}),

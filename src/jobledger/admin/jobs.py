@@ -20,6 +20,7 @@ from jobledger.core.ids import is_job_id
 from jobledger.domain import job_commands, jobs
 from jobledger.domain.errors import InvalidStatus, NotFound
 from jobledger.domain.events import Event, EventType
+from jobledger.domain.failures import attempt_history
 from jobledger.domain.jobs import Change, Job, JobStatus, Stamp
 from jobledger.storage.port import JobFilter, Store
 
@@ -60,14 +61,17 @@ class JobDetail:
     """A job and its whole stream.
 
     `job` is the open row, or — once the job left the queue — the row as it was just
-    before the closing event; `status` is the row's status or how it ended
-    (SUCCEEDED, SKIPPED, CANCELLED, EXPIRED).
+    before the closing event (its attempts counting the run that closed it); `status`
+    is the row's status or how it ended (SUCCEEDED, SKIPPED, CANCELLED, EXPIRED).
+    `attempts` is its runs read from the stream (`domain.failures.attempt_history`:
+    the newest `MAX_HISTORY`, oldest first).
     """
 
     job: Job
     status: str
     open: bool
     history: list[Event]
+    attempts: list[dict[str, Any]]
 
 
 class JobAdmin:
@@ -92,8 +96,9 @@ class JobAdmin:
         if not history:
             raise NotFound(f"job {job_id} not found")
         row = jobs.fold(history)
+        runs = attempt_history(history)
         if row is not None:
-            return JobDetail(row, row.status.value, True, history)
+            return JobDetail(row, row.status.value, True, history, runs)
         # the closing event: the last one that is not a record of a late run
         end = len(history)
         while end > 1 and history[end - 1].type == EventType.JOB_REDELIVERED:
@@ -101,8 +106,9 @@ class JobAdmin:
         last = jobs.fold(history[: end - 1])
         if last is None:  # a stream cannot close before it opened
             raise NotFound(f"job {job_id} not found")
-        closing = history[end - 1].type
-        return JobDetail(last, CLOSED_STATUS.get(closing, "CLOSED"), False, history)
+        closing = history[end - 1]
+        status = CLOSED_STATUS.get(closing.type, "CLOSED")
+        return JobDetail(jobs.runs_at_close(last, closing), status, False, history, runs)
 
     async def _write(self, change: Change, job: Job, what: str) -> Any:
         (applied,) = await self.store.writes.apply([change])

@@ -105,9 +105,12 @@ class SkipRun(Exception):
 class RunTimedOut(Exception):
     """Raised in place of a run that outlived its target's `timeout_s`: the engine
     stopped waiting for it (an `async def` handler was cancelled; a `def` handler's
-    thread cannot be, and runs on). Recorded through the usual failure path: an
-    at-least-once target's run is a failed attempt, retried per its policy; an
-    at-most-once target's goes DEAD, since the run may have had its effect."""
+    thread cannot be, and runs on). Recorded through the usual failure path, with the
+    failure reason `timeout` (`domain.failures.reason_of`): an at-least-once target's
+    run is a failed attempt, retried per its policy; an at-most-once target's goes
+    DEAD, since the run may have had its effect."""
+
+    failure_reason = "timeout"
 
     def __init__(self, target: str, timeout_s: float) -> None:
         super().__init__(f"timeout: the run of {target} took longer than timeout_s={timeout_s:g}")

@@ -13,6 +13,7 @@ from typing import Any
 
 from jobledger.domain.errors import InvalidStatus
 from jobledger.domain.events import GENESIS_HASH, EventType, new_event
+from jobledger.domain.failures import Failure
 from jobledger.domain.jobs import (
     Change,
     Job,
@@ -87,16 +88,26 @@ def unmark(job: Job, stamp: Stamp, cause: str) -> Change:
 
 
 def claim(
-    job: Job, *, token: str, pod: str, lease: timedelta, exclusive: bool, stamp: Stamp
+    job: Job,
+    *,
+    token: str,
+    pod: str,
+    lease: timedelta,
+    exclusive: bool,
+    stamp: Stamp,
+    failure: Failure | None = None,
 ) -> Change:
-    """Long lane: reserve the row under `token` until now + `lease`."""
-    data = {
+    """Long lane: reserve the row under `token` until now + `lease`; `failure`, the
+    record of the run whose expired lease this claim takes back."""
+    data: dict[str, Any] = {
         "token": token,
         "pod": pod,
         "lease_until": iso(stamp.at + lease),
         "running_code": job.code if exclusive else None,
         "reclaimed_from": job.claim_token if job.status == JobStatus.RUNNING else None,
     }
+    if failure is not None:
+        data["failure"] = failure.to_json()
     return append_events(job, stamp, (EventType.JOB_CLAIMED, data))
 
 
@@ -117,9 +128,19 @@ def _require(job: Job, status: JobStatus, what: str) -> None:
         raise InvalidStatus(f"cannot {what} job {job.id}: it is {job.status.value}")
 
 
-def dead_change(job: Job, stamp: Stamp, reason: str, error: str | None, attempts: int) -> Change:
-    """JobDead: the row is DEAD until retried, skipped or expired."""
-    data = {"reason": reason, "error": error, "attempts": attempts}
+def dead_change(
+    job: Job,
+    stamp: Stamp,
+    reason: str,
+    error: str | None,
+    attempts: int,
+    failure: dict[str, Any] | None = None,
+) -> Change:
+    """JobDead: the row is DEAD until retried, skipped or expired; `failure`, the record
+    of the run that ended it (`domain.failures.Failure.to_json`)."""
+    data: dict[str, Any] = {"reason": reason, "error": error, "attempts": attempts}
+    if failure is not None:
+        data["failure"] = failure
     return append_events(job, stamp, (EventType.JOB_DEAD, data))
 
 

@@ -14,6 +14,15 @@ from datetime import timedelta
 from typing import Any
 
 from jobledger.domain.events import EventType, new_event
+from jobledger.domain.failures import (
+    LEASE_EXPIRED_TEXT,
+    POD_DIED_TEXT,
+    TAKEN_OVER_TEXT,
+    Failure,
+    FailureReason,
+    engine_failure,
+    reason_named,
+)
 from jobledger.domain.job_commands import claim, dead_change, skip_slot
 from jobledger.domain.jobs import (
     Change,
@@ -60,10 +69,44 @@ class OutcomeLabel(enum.StrEnum):
 @fast_init
 @dataclass(frozen=True, slots=True)
 class RunResult:
+    """How one run ended. A failed run also carries what its failure record keeps: the
+    exception's qualified class, its bounded traceback, and the reason when the
+    exception names one (`failures.reason_of`; None: the one its `result` implies);
+    `exc` is the exception itself, for the log line (never written to the store)."""
+
     result: Result
     error: str | None = None
     target_up: bool = False
     duration_ms: float = 0.0
+    error_class: str | None = None
+    traceback: str | None = None
+    reason: str | None = None
+    exc: BaseException | None = field(default=None, compare=False, repr=False)
+
+
+#: the reason a failed run's result implies when its exception named none
+_REASON_OF_RESULT = {
+    Result.ANSWERED: FailureReason.HANDLER_ERROR,
+    Result.UNREACHABLE: FailureReason.UNREACHABLE,
+    Result.UNKNOWN: FailureReason.OUTCOME_UNKNOWN,
+    Result.DEAD_NOW: FailureReason.DEAD_NOW,
+    Result.TIMED_OUT: FailureReason.TIMEOUT,
+}
+
+
+def run_failure(job: Job, run: RunResult) -> Failure:
+    """The failure record of `job`'s run that ended as `run` (not OK, not skipped)."""
+    reason = reason_named(run.reason) or _REASON_OF_RESULT.get(
+        run.result, FailureReason.HANDLER_ERROR
+    )
+    return Failure(
+        reason,
+        run.error_class,
+        error_text(run.error),
+        run.traceback,
+        job.attempts + 1,
+        run.duration_ms,
+    )
 
 
 @fast_init
@@ -103,12 +146,15 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
     if run.result == Result.OK:
         return succeeded(job, run, stamp)
     error = error_text(run.error)
+    if run.result == Result.SKIPPED:
+        return Outcome(skip_slot(job, stamp, error or OutcomeLabel.SKIPPED), OutcomeLabel.SKIPPED)
+    failure = run_failure(job, run)  # only a failed run pays for its record
+    attempts = failure.attempt  # the runs that happened, this one included
     if run.result == Result.TIMED_OUT and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
-        return dead_outcome(job, stamp, "timeout", error, job.attempts + 1)
+        return dead_outcome(job, stamp, "timeout", error, attempts, failure)
     if run.result == Result.ANSWERED or run.result == Result.TIMED_OUT:
-        attempts = job.attempts + 1
         if attempts >= policy.max_attempts:
-            return dead_outcome(job, stamp, "max_attempts", error, attempts)
+            return dead_outcome(job, stamp, "max_attempts", error, attempts, failure)
         if policy.retry is None:
             next_run = stamp.at + retry_delay(attempts, policy.retry_delays_minutes)
         else:
@@ -117,33 +163,51 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
             "attempts": attempts,
             "error": error,
             "next_run_at": iso(next_run),
+            "failure": failure.to_json(),
         }
         return Outcome(
             append_events(job, stamp, (EventType.JOB_FAILED, failed)), OutcomeLabel.FAILED
         )
     if run.result == Result.DEAD_NOW:
-        return dead_outcome(job, stamp, "dead_now", error, job.attempts)
-    if run.result == Result.SKIPPED:
-        return Outcome(skip_slot(job, stamp, error or OutcomeLabel.SKIPPED), OutcomeLabel.SKIPPED)
+        return dead_outcome(job, stamp, "dead_now", error, attempts, failure)
     if run.result == Result.UNKNOWN and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
-        outcome = dead_outcome(job, stamp, "outcome_unknown", error, job.attempts)
+        outcome = dead_outcome(job, stamp, "outcome_unknown", error, attempts, failure)
         return replace(outcome, pause_target=not run.target_up)
-    # unreachable, or an unknown outcome on an at-least-once target
+    # unreachable, or an unknown outcome on an at-least-once target: no attempt spent
     reason = "unreachable" if run.result == Result.UNREACHABLE else "outcome_unknown"
-    deferred: dict[str, Any] = {"reason": reason, "error": error}
+    deferred: dict[str, Any] = {"reason": reason, "error": error, "failure": failure.to_json()}
     change = append_events(job, stamp, (EventType.JOB_DEFERRED, deferred))
     return Outcome(change, OutcomeLabel.DEFERRED, pause_target=True)
 
 
 def succeeded(job: Job, run: RunResult, stamp: Stamp) -> Outcome:
     """`decide_outcome` of a run that ended OK (no policy needed): the job leaves the
-    queue. The lanes call it directly for their most common outcome."""
-    data: dict[str, Any] = {"attempts": job.attempts, "duration_ms": round(run.duration_ms, 3)}
+    queue. The lanes call it directly for their most common outcome. `attempts` counts
+    the runs that happened, this one included."""
+    data: dict[str, Any] = {
+        "attempts": job.attempts + 1,
+        "duration_ms": round(run.duration_ms, 3),
+    }
     return Outcome(append_events(job, stamp, (EventType.JOB_SUCCEEDED, data)), OutcomeLabel.OK)
 
 
-def dead_outcome(job: Job, stamp: Stamp, reason: str, error: str | None, attempts: int) -> Outcome:
-    return Outcome(dead_change(job, stamp, reason, error, attempts), OutcomeLabel.DEAD, dead=True)
+def dead_outcome(
+    job: Job, stamp: Stamp, reason: str, error: str | None, attempts: int, failure: Failure
+) -> Outcome:
+    change = dead_change(job, stamp, reason, error, attempts, failure.to_json())
+    return Outcome(change, OutcomeLabel.DEAD, dead=True)
+
+
+def _ended_by_engine(
+    job: Job, mode: DeliveryMode, stamp: Stamp, reason: FailureReason, text: str
+) -> tuple[Failure, Outcome | None]:
+    """The failure record of a run the engine ended (`reason`, worded `text`), and at
+    most once the DEAD outcome it leads to: the run may have finished its side effect.
+    At least once, the caller runs the row again (None)."""
+    failure = engine_failure(reason, text, job.attempts + 1)
+    if mode != DeliveryMode.AT_MOST_ONCE:
+        return failure, None
+    return failure, dead_outcome(job, stamp, text, text, failure.attempt, failure)
 
 
 def redelivered(
@@ -184,13 +248,13 @@ def redelivered(
 def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
     """A fast-lane row left in flight by a dead or stalled owner: at-most-once → DEAD
     (the send may have happened), at-least-once → requeued (sent again)."""
-    if mode == DeliveryMode.AT_MOST_ONCE:
-        return dead_outcome(
-            job, stamp, "in flight when its partition was taken over", job.last_error, job.attempts
-        )
+    failure, dead = _ended_by_engine(job, mode, stamp, FailureReason.TAKEN_OVER, TAKEN_OVER_TEXT)
+    if dead is not None:
+        return dead
     requeued: dict[str, Any] = {
-        "reason": "in flight when its partition was taken over",
+        "reason": TAKEN_OVER_TEXT,
         "token": job.inflight_token,
+        "failure": failure.to_json(),
     }
     return Outcome(
         append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
@@ -202,15 +266,14 @@ def claim_of_dead_pod(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
     row's lease ran out. at-most-once → DEAD, since the run may have finished its side
     effect, as `reclaim_expired` decides; at-least-once → requeued (PENDING, the claim
     dropped), to run again from the start through the next reserve of any pod."""
-    if mode == DeliveryMode.AT_MOST_ONCE:
-        return dead_outcome(
-            job,
-            stamp,
-            "its pod died while running; the run may have finished",
-            job.last_error,
-            job.attempts,
-        )
-    requeued = {"reason": "its pod died while running", "token": job.claim_token}
+    failure, dead = _ended_by_engine(job, mode, stamp, FailureReason.POD_DIED, POD_DIED_TEXT)
+    if dead is not None:
+        return dead
+    requeued = {
+        "reason": "its pod died while running",
+        "token": job.claim_token,
+        "failure": failure.to_json(),
+    }
     return Outcome(
         append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
     )
@@ -250,13 +313,12 @@ def reclaim_expired(
     at-least-once → claimed again and run from the start; at-most-once → the first run
     may have finished its side effect, so the row goes DEAD with that reason.
     """
-    if mode == DeliveryMode.AT_MOST_ONCE:
-        return dead_outcome(
-            job,
-            stamp,
-            "lease expired while running; the first run may have finished",
-            job.last_error,
-            job.attempts,
-        )
-    change = claim(job, token=token, pod=pod, lease=lease, exclusive=exclusive, stamp=stamp)
+    failure, dead = _ended_by_engine(
+        job, mode, stamp, FailureReason.LEASE_EXPIRED, LEASE_EXPIRED_TEXT
+    )
+    if dead is not None:
+        return dead
+    change = claim(
+        job, token=token, pod=pod, lease=lease, exclusive=exclusive, stamp=stamp, failure=failure
+    )
     return Outcome(change, OutcomeLabel.RECLAIMED)

@@ -347,6 +347,16 @@ def apply_state(state: JobState | None, event: Event) -> JobState | None:
     return state
 
 
+def runs_at_close(row: Job, closing: Event) -> Job:
+    """`row`, the job as it was before `closing` (the event it left the queue with),
+    with the runs that happened: a JobSucceeded's `attempts` counts the run that
+    succeeded, which the row before it has not counted."""
+    attempts = closing.data.get("attempts")
+    if type(attempts) is not int or attempts == row.attempts:
+        return row
+    return _evolve(row, {"attempts": attempts})
+
+
 def fold(events: list[Event]) -> Job | None:
     job: Job | None = None
     for event in events:
@@ -394,5 +404,9 @@ def error_text(error: str | None) -> str | None:
     at-least-once job ran again and again and nothing recorded why."""
     if error is None:
         return None
-    text = error[:MAX_ERROR_CHARS]
+    return storable_text(error[:MAX_ERROR_CHARS])
+
+
+def storable_text(text: str) -> str:
+    """`text` with U+0000 and lone surrogates replaced by U+FFFD (what no store holds)."""
     return text if text.isascii() and "\x00" not in text else _UNSTORABLE_CHARS.sub("\ufffd", text)

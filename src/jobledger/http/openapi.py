@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobledger.admin.jobs import BULK_LIMIT
+from jobledger.domain.failures import FailureReason
 from jobledger.domain.jobs import JobStatus
 from jobledger.http.queries.dashboard_numbers import DEPTH_NAMES, OUTCOME_NAMES, RANGES
 from jobledger.http.queries.finished_jobs import FINISHED_STATUSES, SCAN_LIMIT
@@ -133,6 +134,29 @@ SCHEMAS: dict[str, Any] = {
             "payload": {},
             "open": {"type": "boolean"},
             "history": {"type": "array", "items": _ref("Event")},
+            "attempt_history": {"type": "array", "items": _ref("Attempt")},
+        }
+    ),
+    "Attempt": _obj(
+        {
+            "version": _INT,
+            "at": _TIME,
+            "event": _STR,
+            "outcome": {
+                "type": "string",
+                "enum": ["succeeded", "failed", "dead", "deferred", "requeued", "reclaimed"],
+            },
+            "reason": {
+                "type": ["string", "null"],
+                "enum": [*(r.value for r in FailureReason), None],
+            },
+            "error_class": _NSTR,
+            "message": _NSTR,
+            "traceback": _NSTR,
+            "attempt": {"type": ["integer", "null"]},
+            "duration_ms": {"type": ["number", "null"]},
+            "next_run_at": _NSTR,
+            "recorded": {"type": "boolean"},
         }
     ),
     "Skipped": _obj({"_id": _STR, "skipped": {"const": True}}),
@@ -443,7 +467,15 @@ VIEW_SCHEMAS: dict[str, Any] = {
                     "pods": {
                         "type": "array",
                         "items": _obj(
-                            {"pod": _STR, "live": {"type": "boolean"}, "partitions": _COUNT}
+                            {
+                                "pod": _STR,
+                                "live": {"type": "boolean"},
+                                "partitions": _COUNT,
+                                "paused": {
+                                    "type": ["array", "null"],
+                                    "items": _obj({"target": _STR, "since": _TIME}),
+                                },
+                            }
                         ),
                     },
                 }

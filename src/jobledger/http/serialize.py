@@ -6,6 +6,7 @@ null rather than absent, so every row has the same keys.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -71,3 +72,8 @@ def schedule_json(schedule: Schedule) -> dict[str, Any]:
 
 def event_json(event: Event) -> dict[str, Any]:
     return event.to_json()
+
+
+def attempt_json(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One run of `domain.failures.attempt_history`, its time as ISO text."""
+    return {**entry, "at": _time(entry["at"])}

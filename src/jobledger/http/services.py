@@ -37,3 +37,5 @@ class Services:
     paused: Callable[[], Mapping[str, datetime] | None] | None = None
     #: a pod is live while its heartbeat is newer than this (settings.worker_live_s)
     worker_live_s: float = 30.0
+    #: the attempts a job of a code gets before it goes DEAD (`TargetRegistry.max_attempts`)
+    max_attempts: Callable[[str], int] | None = None

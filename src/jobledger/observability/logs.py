@@ -2,7 +2,7 @@
 
 Every run writes one line (the reference engine's, with the job's id added)::
 
-    job run code=do_update_oms target=kafka:… dedupe_key=… attempts=0 duration_ms=12 result=ok job_id=…
+    job run code=do_update_oms target=kafka:… dedupe_key=… attempts=1 duration_ms=12 result=ok job_id=…
 
 (written by the lanes and the lossy runners through `log_run_line`'s format) with the
 same values as `extra` fields (code, target, dedupe_key, attempts, duration_ms,
@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -54,6 +55,25 @@ def log_run_line(record: RunRecord) -> None:
     level = run_line_level(record.result)
     if not run_logger.isEnabledFor(level):
         return
+    extra: dict[str, Any] = {
+        "job_id": job.id,
+        "code": job.code,
+        "target": job.target,
+        "key": job.key,
+        "lane": job.lane.value,
+        "dedupe_key": job.dedupe_key,
+        "attempts": record.attempts,
+        "duration_ms": round(record.duration_ms, 3),
+        "result": record.result,
+        "error": record.error,
+        "trace_id": job.trace_id,
+    }
+    failure = record.failure
+    if failure is not None:  # a failed run: which attempt, why, and what was raised
+        extra["attempt"] = failure.get("attempt")
+        extra["failure_reason"] = failure.get("reason")
+        extra["error_class"] = failure.get("error_class")
+    exc = record.exc
     run_logger.log(
         level,
         "job run code=%s target=%s dedupe_key=%s attempts=%d duration_ms=%.1f result=%s job_id=%s%s",
@@ -64,21 +84,22 @@ def log_run_line(record: RunRecord) -> None:
         record.duration_ms,
         record.result,
         job.id,
-        f" error={record.error}" if record.error else "",
-        extra={
-            "job_id": job.id,
-            "code": job.code,
-            "target": job.target,
-            "key": job.key,
-            "lane": job.lane.value,
-            "dedupe_key": job.dedupe_key,
-            "attempts": record.attempts,
-            "duration_ms": round(record.duration_ms, 3),
-            "result": record.result,
-            "error": record.error,
-            "trace_id": job.trace_id,
-        },
+        _failure_text(failure, record.error, job.trace_id),
+        exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
+        extra=extra,
     )
+
+
+def _failure_text(failure: Mapping[str, Any] | None, error: str | None, trace: str | None) -> str:
+    """The run line's tail: ` error=…`, and for a failed run its attempt, reason, class
+    and trace id before it."""
+    text = f" error={error}" if error else ""
+    if failure is not None:
+        text = (
+            f" attempt={failure.get('attempt')} reason={failure.get('reason')}"
+            f" error_class={failure.get('error_class') or '-'} trace_id={trace or '-'}" + text
+        )
+    return text
 
 
 class RunLogObserver(Observer):

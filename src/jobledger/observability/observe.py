@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from jobledger.domain.jobs import Job
 
@@ -30,6 +31,10 @@ class RunRecord:
     attempts: int
     error: str | None = None
     started_at: datetime | None = None
+    #: a failed run's exception (the run line's `exc_info`) and failure record
+    #: (`domain.failures.Failure.to_json`): None for a run that did not fail
+    exc: BaseException | None = None
+    failure: Mapping[str, Any] | None = None
 
 
 class Observer:

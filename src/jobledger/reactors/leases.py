@@ -32,7 +32,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -120,6 +120,9 @@ class PartitionLeases:
         self._rng = random.Random(pod)
         self._stop = asyncio.Event()
         self._beat_now = asyncio.Event()  # the stop, or a token taken back: beat at once
+        #: the targets paused on this pod and since when, said with each heartbeat (the
+        #: dashboard of a process without workers reads them from the pods' rows)
+        self.paused: Callable[[], Mapping[str, datetime]] | None = None
         #: this pod's liveness token; None: the store has none (leases alone)
         self.liveness = store.coordination.liveness(pod)
         if self.liveness is not None:
@@ -208,8 +211,9 @@ class PartitionLeases:
             now = self.clock.now()
             until = now + timedelta(seconds=self.settings.partition_lease_s)
             since = now - timedelta(seconds=self.settings.worker_live_s)
+            paused = self.paused() if self.paused is not None else None
             beat = await self.store.coordination.beat(
-                self.pod, now, sorted(self.owned), until, since
+                self.pod, now, sorted(self.owned), until, since, paused
             )
             self._watch_only(beat.watched)
             await self._renewed(beat.held, until)

@@ -16,17 +16,24 @@ own write.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobledger.core.context import enter_job, leave
 from jobledger.core.registry import Target
 from jobledger.domain import job_outcomes
 from jobledger.domain.errors import RunTimedOut, SkipRun, TargetOutcomeUnknown, TargetUnreachable
 from jobledger.domain.events import SYSTEM
+from jobledger.domain.failures import (
+    MAX_TRACEBACK_FRAMES,
+    cut_traceback,
+    qualified_class,
+    reason_of,
+)
 from jobledger.domain.job_outcomes import (
     Outcome,
     OutcomeLabel,
@@ -62,24 +69,53 @@ def error_of(exc: BaseException) -> str:
         return f"{type(exc).__name__} (its message could not be read)"
 
 
+def traceback_of(exc: BaseException) -> str | None:
+    """`exc`'s traceback, bounded (`failures.cut_traceback`: whole frames, the innermost
+    kept; only the innermost `MAX_TRACEBACK_FRAMES` are formatted at all), or None when
+    it cannot be formatted."""
+    try:
+        frames = 0
+        tb = exc.__traceback__
+        while tb is not None:
+            frames += 1
+            tb = tb.tb_next
+        limit = MAX_TRACEBACK_FRAMES
+        formatted = traceback.TracebackException.from_exception(exc, limit=-limit).format()
+        return cut_traceback(list(formatted), skipped=max(frames - limit, 0))
+    except Exception:  # a broken __str__ or source lookup must not lose the outcome
+        return None
+
+
 def classify(exc: BaseException | None, duration_ms: float) -> RunResult:
-    """How a handler's run ended, from what it raised (None: it returned)."""
+    """How a handler's run ended, from what it raised (None: it returned). A failed run
+    carries its exception's class, bounded traceback and reason, read only here: a run
+    that succeeded pays for none of it."""
     if exc is None:
         return RunResult(Result.OK, duration_ms=duration_ms)
-    text = error_of(exc)
     if isinstance(exc, SkipRun):
         return RunResult(Result.SKIPPED, error=exc.reason, duration_ms=duration_ms)
+    text = error_of(exc)
+    up = False
     if isinstance(exc, TargetUnreachable):
-        return RunResult(Result.UNREACHABLE, error=text, duration_ms=duration_ms)
-    if isinstance(exc, TargetOutcomeUnknown):
-        return RunResult(
-            Result.UNKNOWN, error=text, target_up=exc.target_up, duration_ms=duration_ms
-        )
-    if getattr(exc, "dead_now", False) is True:
-        return RunResult(Result.DEAD_NOW, error=text, duration_ms=duration_ms)
-    if isinstance(exc, RunTimedOut):
-        return RunResult(Result.TIMED_OUT, error=text, duration_ms=duration_ms)
-    return RunResult(Result.ANSWERED, error=text, duration_ms=duration_ms)
+        result = Result.UNREACHABLE
+    elif isinstance(exc, TargetOutcomeUnknown):
+        result, up = Result.UNKNOWN, exc.target_up
+    elif getattr(exc, "dead_now", False) is True:
+        result = Result.DEAD_NOW
+    elif isinstance(exc, RunTimedOut):
+        result = Result.TIMED_OUT
+    else:
+        result = Result.ANSWERED
+    return RunResult(
+        result,
+        text,
+        up,
+        duration_ms,
+        qualified_class(exc),
+        traceback_of(exc),
+        reason_of(exc).value,
+        exc,
+    )
 
 
 @dataclass(slots=True)
@@ -167,10 +203,14 @@ class OutcomePath:
 
     def judged(self, job: Job, outcome: Outcome, reason: str) -> None:
         """A row judged without a run of its own (in flight at a takeover, a long lease
-        expired): its run line, and the DEAD alert when it went DEAD."""
-        self.log_run(job, outcome.label, 0.0, job.attempts, job.last_error)
+        expired): its run line, and the DEAD alert when it went DEAD, both naming the
+        ending its failure record names (the row's last error before it otherwise)."""
+        failure = _failure_of(outcome)
+        error = failure.get("message") if failure else job.last_error
+        row = outcome.change.row if isinstance(outcome.change.row, Job) else job
+        self.log_run(job, outcome.label, 0.0, row.attempts, error, failure=failure)
         if outcome.dead:
-            self.dead(job, reason, job.last_error)
+            self.dead(row, reason, error)
 
     async def judge_left_behind(
         self,
@@ -212,7 +252,8 @@ class OutcomePath:
         row = outcome.change.row if isinstance(outcome.change.row, Job) else None
         if self._recorded(label):
             attempts = row.attempts if row is not None else _attempts_of(outcome, job)
-            self.log_run(job, label, run.duration_ms, attempts, run.error)
+            failure = _failure_of(outcome) if run.exc is not None else None
+            self.log_run(job, label, run.duration_ms, attempts, run.error, run.exc, failure)
         if applied and outcome.dead:
             self.dead(row or job, _reason_of(outcome), run.error)
 
@@ -255,13 +296,22 @@ class OutcomePath:
             run_log.exception("job %s: recording a redelivery failed", job.id)
 
     def log_run(
-        self, job: Job, label: OutcomeLabel, duration_ms: float, attempts: int, error: str | None
+        self,
+        job: Job,
+        label: OutcomeLabel,
+        duration_ms: float,
+        attempts: int,
+        error: str | None,
+        exc: BaseException | None = None,
+        failure: Mapping[str, Any] | None = None,
     ) -> None:
+        """The run line and observers; a failed run's line carries its exception
+        (`exc_info`) and its failure record's attempt, reason and class."""
         observers = self.engine.observers
         if not self._recorded(label):
             return  # the hot path builds no record nobody reads
         now = self.engine.clock.now()
-        record = RunRecord(job, label.value, duration_ms, attempts, error, now)
+        record = RunRecord(job, label.value, duration_ms, attempts, error, now, exc, failure)
         log_run_line(record)
         if observers.observers:
             observers.run_finished(record)
@@ -296,6 +346,15 @@ def _reason_of(outcome: Outcome) -> str:
         if isinstance(reason, str):
             return reason
     return outcome.label.value
+
+
+def _failure_of(outcome: Outcome) -> Mapping[str, Any] | None:
+    """The failure record the outcome's events carry, if any."""
+    for event in outcome.change.events:
+        failure = event.data.get("failure")
+        if isinstance(failure, Mapping):
+            return failure
+    return None
 
 
 def _attempts_of(outcome: Outcome, job: Job) -> int:

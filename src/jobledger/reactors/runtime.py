@@ -90,6 +90,7 @@ class Runtime:
         self.leases = PartitionLeases(
             engine.store, engine.clock, settings, self.pod, self.fast, engine.observers, self.long
         )
+        self.leases.paused = self.pauses.paused  # each heartbeat says the pod's paused targets
         self.started = False
         self._tasks: list[asyncio.Task[None]] = []
         self._lease_task: asyncio.Task[None] | None = None

@@ -27,7 +27,7 @@ every adapter passes, one folder per role.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -210,7 +210,16 @@ class Coordination(abc.ABC):
         store, repairing duplicates."""
 
     @abc.abstractmethod
-    async def heartbeat(self, pod: str, now: datetime) -> None: ...
+    async def heartbeat(
+        self, pod: str, now: datetime, paused: Mapping[str, datetime] | None = None
+    ) -> None:
+        """Write `pod`'s liveness row at `now`, with the targets paused on it and since
+        when (`paused`; None: the pod does not say, as a pod of an earlier release)."""
+
+    @abc.abstractmethod
+    async def live_pauses(self, since: datetime) -> dict[str, dict[str, datetime]]:
+        """The paused targets of each pod whose heartbeat is newer than `since` and
+        says them, as its last heartbeat wrote them: `{pod: {target: paused since}}`."""
 
     @abc.abstractmethod
     async def remove_worker(self, pod: str) -> None: ...
@@ -247,10 +256,11 @@ class Coordination(abc.ABC):
         renew: Sequence[int],
         until: datetime,
         live_since: datetime,
+        paused: Mapping[str, datetime] | None = None,
     ) -> Beat:
-        """One heartbeat: write `pod`'s liveness, renew its leases on `renew`, read the
-        live pods and every lease row."""
-        await self.heartbeat(pod, now)
+        """One heartbeat: write `pod`'s liveness (with its paused targets), renew its
+        leases on `renew`, read the live pods and every lease row."""
+        await self.heartbeat(pod, now, paused)
         held = await self.renew_partitions(pod, renew, now, until) if renew else []
         return Beat(held, await self.live_workers(live_since), await self.leases())
 

@@ -8,7 +8,7 @@ mapping here means no adapter grows its own idea of a field. Datetimes stay awar
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -16,7 +16,8 @@ from jobledger.domain.events import Actor, Event, actor_json
 from jobledger.domain.jobs import JOB_FIELDS as JOB_FIELDS  # the record's fields, re-exported
 from jobledger.domain.jobs import TRANSITION_FIELDS, Job, JobStatus, Lane
 from jobledger.domain.schedules.row import MissedSlotPolicy, Schedule
-from jobledger.domain.timeutil import at_ms
+from jobledger.domain.timeutil import at_ms, iso, parse_iso
+from jobledger.storage.jsontext import dumps as json_dumps
 from jobledger.storage.jsontext import loads as json_loads
 
 SCHEDULE_FIELDS = (
@@ -334,3 +335,36 @@ def dedupe_key_of(event: Event) -> str | None:
         return None
     key = event.data.get("dedupe_key")
     return key if isinstance(key, str) else None
+
+
+def paused_text(paused: Mapping[str, datetime] | None) -> str | None:
+    """A pod's paused targets as its heartbeat row keeps them: JSON text of `{target:
+    ISO time}` (target names may hold dots or `$`, which a document's keys should not),
+    None when the pod does not say."""
+    if paused is None:
+        return None
+    return json_dumps({target: iso(since) for target, since in sorted(paused.items())})
+
+
+def paused_from_text(text: str | None) -> dict[str, datetime] | None:
+    """`paused_text` read back (None stays None; an unreadable value reads as None)."""
+    if text is None:
+        return None
+    try:
+        value = json_loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return {str(target): parse_iso(since) for target, since in value.items()}
+
+
+def pauses_by_pod(found: Iterable[Sequence[Any]]) -> dict[str, dict[str, datetime]]:
+    """`Coordination.live_pauses` from (pod, `paused_text`) rows; a pod that does not
+    say is left out."""
+    out: dict[str, dict[str, datetime]] = {}
+    for pod, text in found:
+        paused = paused_from_text(text)
+        if paused is not None:
+            out[pod] = paused
+    return out

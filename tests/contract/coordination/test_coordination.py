@@ -9,6 +9,7 @@ from datetime import timedelta
 from jobledger.core.clock import FakeClock
 from jobledger.storage.port import PartitionLease, Store
 from tests.contract.conftest import Kit
+from tests.contract.lanes_kit import make_engine, pod
 
 LEASE = timedelta(seconds=30)
 
@@ -114,3 +115,43 @@ async def test_heartbeat_live_workers_and_remove(store: Store, clock: FakeClock)
     await store.coordination.remove_worker("pod-a")
     await store.coordination.remove_worker("pod-unknown")
     assert await store.coordination.live_workers(t0 - timedelta(days=1)) == ["pod-b", "pod-c"]
+
+
+async def test_a_heartbeat_carries_the_pods_paused_targets(store: Store, clock: FakeClock) -> None:
+    """What a pod's heartbeat says of its paused targets, read back for the live pods on
+    every store: the dashboard of a process without workers shows them."""
+    t0 = clock.now()
+    since = t0 - timedelta(minutes=3, milliseconds=250)
+    odd = "kafka:orders.v1$eu"  # dots and a dollar sign: fine as a name, not as a BSON key
+    await store.coordination.heartbeat("pod-a", t0, {odd: since, "mail:welcome": t0})
+    await store.coordination.heartbeat("pod-b", t0, {})
+    await store.coordination.heartbeat("pod-c", t0)  # says nothing (an earlier release)
+    await store.coordination.heartbeat("pod-d", t0 - timedelta(minutes=5), {"x": t0})  # not live
+    found = await store.coordination.live_pauses(t0 - timedelta(seconds=30))
+    assert found == {"pod-a": {odd: since, "mail:welcome": t0}, "pod-b": {}}
+    # the batched beat writes them too, and a later beat replaces them
+    await store.coordination.seed_partitions(4)
+    later = t0 + timedelta(seconds=10)
+    await store.coordination.beat("pod-a", later, [], later + LEASE, t0, {"mail:welcome": t0})
+    await store.coordination.beat("pod-b", later, [], later + LEASE, t0)
+    found = await store.coordination.live_pauses(t0)
+    assert found == {"pod-a": {"mail:welcome": t0}}  # pod-b said nothing this time
+    await store.coordination.remove_worker("pod-a")
+    assert await store.coordination.live_pauses(t0 - timedelta(days=1)) == {"pod-d": {"x": t0}}
+
+
+async def test_a_pods_heartbeat_says_what_it_paused(store: Store, clock: FakeClock) -> None:
+    """The pod's lease heartbeat writes its pause map: a target paused on the pod is in
+    its row after the next beat, gone after it resumed and beat again."""
+    engine = make_engine(store, clock)
+    runtime = pod(engine, "pod-a")
+    await store.coordination.seed_partitions(store.partitions)
+    runtime.pauses.pause("kafka:orders")
+    paused_at = clock.now()
+    await runtime.leases.tick()
+    since = clock.now() - timedelta(seconds=30)
+    assert await store.coordination.live_pauses(since) == {"pod-a": {"kafka:orders": paused_at}}
+    clock.advance(seconds=5)
+    runtime.pauses.resume("kafka:orders")
+    await runtime.leases.tick()
+    assert await store.coordination.live_pauses(since) == {"pod-a": {}}

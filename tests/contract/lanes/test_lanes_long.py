@@ -93,6 +93,27 @@ async def test_reclaim_of_an_at_most_once_row_is_dead(store: Store, clock: FakeC
     assert rec_b.calls == []
 
 
+async def test_a_lease_expiry_names_its_reason_in_the_alert_and_the_log(
+    store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dead alert after a lease expiry said `error=None`: it names the ending now,
+    and the JobDead carries the failure record with reason `lease_expired`."""
+    engine, a, _ = long_pod(store, clock, "pod-a", mode=AMO)
+    _, b, _ = long_pod(store, clock, "pod-b", mode=AMO)
+    (job_id,) = await enqueue(engine, "report", [{}])
+    assert len(await a.long.reserve()) == 1
+    clock.advance(minutes=5)
+    caplog.set_level("INFO", logger="jobledger.run")
+    assert await b.long.reserve() == []
+    (alert,) = [r for r in caplog.records if "job dead alert" in r.getMessage()]
+    assert "error=None" not in alert.getMessage()
+    assert "lease expired" in alert.getMessage() and alert.error  # type: ignore[attr-defined]
+    dead = (await store.log.read_stream(f"job:{job_id}"))[-1]
+    assert dead.type == EventType.JOB_DEAD
+    assert dead.data["failure"]["reason"] == "lease_expired"
+    assert dead.data["failure"]["attempt"] == 1
+
+
 async def test_concurrent_reserves_never_share_a_row(store: Store, clock: FakeClock) -> None:
     engine, a, _ = long_pod(store, clock, "pod-a")
     _, b, _ = long_pod(store, clock, "pod-b")

@@ -104,7 +104,8 @@ def decide_slot_run(
 
 def slot_ran(row: Schedule, job: Job, stamp: Stamp) -> Change:
     """The slot's handler returned: last_run_at = max(last_run_at, slot)."""
-    data = {"slot": iso(slot_of(job)), "job_id": job.id, "attempts": job.attempts}
+    # the runs of the slot's job, the one that returned included
+    data = {"slot": iso(slot_of(job)), "job_id": job.id, "attempts": job.attempts + 1}
     return schedule_change(row, row.stream, stamp, (EventType.SCHEDULE_SLOT_RAN, data))
 
 

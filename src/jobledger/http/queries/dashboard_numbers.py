@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobledger.domain.timeutil import iso
+from jobledger.domain.timeutil import iso, parse_iso
 from jobledger.http.queries.pods import pods
 from jobledger.projections.depth import STATUSES
 from jobledger.projections.stats import (
@@ -150,12 +150,22 @@ async def dashboard(
     paused: Mapping[str, datetime] | None = None,
     live_s: float = 30.0,
 ) -> dict[str, Any]:
-    """What the dashboard shows; `paused` is None when this process runs no worker
-    (pause state lives in each worker's memory); a pod is live while its heartbeat is
-    newer than `live_s`."""
+    """What the dashboard shows; `paused` is this process's worker's paused targets,
+    None when it runs none (pause state lives in each worker's memory, and each live
+    pod's heartbeat says it: `workers.pods[].paused`); a pod is live while its heartbeat
+    is newer than `live_s`. A target paused on any live pod is paused since the earliest
+    of their times."""
     position, state, caught_up = await stats_for_a_call(store)
     names = span.names(now)
     recent = RANGES["1h"].names(now)
+    workers = await pods(store, now, live_s=live_s)
+    said = [p["paused"] for p in workers["pods"] if p["live"] and p["paused"] is not None]
+    if said:
+        merged = dict(paused or {})
+        for entry in (e for found in said for e in found):
+            since = parse_iso(entry["since"])
+            merged[entry["target"]] = min(since, merged.get(entry["target"], since))
+        paused = merged
     rows = target_rows(state, recent, paused or {})
     for row in rows:
         if row["pending"] and (target is None or row["target"] == target):
@@ -176,8 +186,9 @@ async def dashboard(
         notes.append("the log grows faster than this call folds it: the numbers lag behind")
     if paused is None:
         notes.append(
-            "no worker runs in this process: pause state lives in each worker's memory"
-            " (jobledger_target_paused on its /metrics: jobledger worker --metrics-port)"
+            "no live worker pod says its paused targets (none runs, or they run an earlier"
+            " release): see jobledger_target_paused on each worker's /metrics"
+            " (jobledger worker --metrics-port)"
         )
     return {
         "as_of": iso(now),
@@ -196,7 +207,7 @@ async def dashboard(
             "oldest_pending_age_s": max(ages, default=None),
         },
         "paused_known": paused is not None,
-        "workers": await pods(store, now, live_s=live_s),
+        "workers": workers,
         "targets": rows,
         "notes": notes,
     }

@@ -83,7 +83,7 @@ async def _rows(store: Store, closings: list[Event]) -> list[Finished]:
     for closing in closings:
         row = jobs.fold(by_stream.get(closing.stream, []))
         if row is not None:
-            ended = replace(row, closed_at=closing.at)
+            ended = replace(jobs.runs_at_close(row, closing), closed_at=closing.at)
             found.append(Finished(ended, CLOSED_STATUS[closing.type], closing))
     return found
 

@@ -13,7 +13,7 @@ from jobledger.domain.jobs import JobStatus
 from jobledger.http.errors import ValidationFailed
 from jobledger.http.queries.open_jobs import list_open
 from jobledger.http.routes._guard import api, int_param, services
-from jobledger.http.serialize import event_json, job_json
+from jobledger.http.serialize import attempt_json, event_json, job_json
 from jobledger.storage.port import JobFilter
 
 MAX_LIMIT = 100
@@ -77,6 +77,7 @@ async def get_job(request: Request, principal: Principal) -> dict[str, Any]:
     body = job_json(detail.job, payload=True, status=detail.status)
     body["open"] = detail.open
     body["history"] = [event_json(e) for e in detail.history]
+    body["attempt_history"] = [attempt_json(a) for a in detail.attempts]
     return body
 
 

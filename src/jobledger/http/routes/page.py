@@ -8,7 +8,7 @@ signing in in `signin`, and what every page shares in `page_base`.
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -18,9 +18,9 @@ from jobledger.http.routes import page_actions as act
 from jobledger.http.routes import page_bulk, page_finished
 from jobledger.http.routes._guard import services
 from jobledger.http.routes.page_base import HERE, login_redirect, principal_of, render
-from jobledger.http.routes.page_jobs import jobs_page
+from jobledger.http.routes.page_jobs import jobs_page, retry_state
 from jobledger.http.routes.signin import login, logout
-from jobledger.http.serialize import event_json, job_json, schedule_json
+from jobledger.http.serialize import attempt_json, event_json, job_json, schedule_json
 
 # --- reads ---------------------------------------------------------------------------
 
@@ -39,6 +39,8 @@ async def job_page(request: Request) -> Response:
             {"title": "Not found", "nav": "jobs", "message": exc.message},
             404,
         )
+    job = job_json(detail.job, payload=True, status=detail.status)
+    job["retry"] = retry_state(request, job)
     return render(
         request,
         "job.html",
@@ -46,11 +48,19 @@ async def job_page(request: Request) -> Response:
         {
             "title": f"Job {detail.job.id}",
             "nav": "jobs",
-            "job": job_json(detail.job, payload=True, status=detail.status),
+            "job": job,
             "open": detail.open,
             "history": [event_json(e) for e in detail.history],
+            "attempts": [attempt_json(a) for a in reversed(detail.attempts)],
         },
     )
+
+
+async def jobs_list_redirect(request: Request) -> Response:
+    """`/admin/jobs` is the job list's other name: it sends the browser to `/admin`,
+    with the same filters."""
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"/admin{query}", status_code=308)
 
 
 async def schedules_page(request: Request) -> Response:
@@ -77,6 +87,7 @@ def routes() -> list[BaseRoute]:
         Route("/admin", jobs_page, methods=["GET"]),
         Route("/admin/login", login, methods=["GET", "POST"]),
         Route("/admin/logout", logout, methods=["POST"]),
+        Route("/admin/jobs", jobs_list_redirect, methods=["GET"]),
         Route("/admin/jobs/{id}", job_page, methods=["GET"]),
         Route("/admin/find", page_finished.find_page, methods=["GET"]),
         Route("/admin/bulk/retry", act.command(page_bulk.retry_all), methods=["POST"]),

@@ -16,7 +16,7 @@ from starlette.templating import Jinja2Templates
 
 from jobledger.config.api_keys import Principal
 from jobledger.http.auth import csrf_token
-from jobledger.http.json_html import json_pairs
+from jobledger.http.json_html import event_fields, json_pairs
 from jobledger.http.session import same_text
 
 HERE = Path(__file__).resolve().parent.parent
@@ -38,6 +38,7 @@ def _pretty(value: Any) -> str:
 templates.env.filters["when"] = _when
 templates.env.filters["pretty"] = _pretty
 templates.env.filters["json_pairs"] = json_pairs
+templates.env.filters["event_fields"] = event_fields
 
 
 def safe_next(value: str | None, default: str = "/admin") -> str:

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from jobledger.config.api_keys import Principal
 from jobledger.core.ids import is_job_id
-from jobledger.domain.jobs import JobStatus
+from jobledger.domain.jobs import Job, JobStatus
 from jobledger.http.queries import open_jobs
 from jobledger.http.queries.finished_jobs import FINISHED_STATUSES
 from jobledger.http.queries.open_jobs import capped_count, list_open, shown_count
@@ -44,6 +44,27 @@ def page_filter(request: Request) -> JobFilter:
 def filter_params(flt: JobFilter) -> dict[str, str]:
     values = (("status", flt.status), ("target", flt.target), ("code", flt.code), ("key", flt.key))
     return {name: str(value) for name, value in values if value}
+
+
+def retry_state(request: Request, row: dict[str, Any]) -> dict[str, Any] | None:
+    """What a PENDING row whose last attempt failed shows instead of an error: the retry
+    is scheduled at `next_at`, and will be attempt `attempt` of `of` (None when this
+    process does not know the code's limit). None for any other row."""
+    if row["status"] != JobStatus.PENDING.value or not row["last_error"] or row["outcome_token"]:
+        return None
+    limit = services(request).max_attempts
+    return {
+        "next_at": row["next_run_at"],
+        "attempt": row["attempts"] + 1,
+        "of": limit(row["code"]) if limit is not None else None,
+    }
+
+
+def page_row(request: Request, job: Job) -> dict[str, Any]:
+    """A job row as the page shows it: its JSON form and its retry state (`retry`)."""
+    row = job_json(job)
+    row["retry"] = retry_state(request, row)
+    return row
 
 
 def _cursor(request: Request, name: str) -> str | None:
@@ -95,7 +116,7 @@ async def jobs_page(request: Request) -> Response:
     context: dict[str, Any] = {
         "title": "Jobs",
         "nav": "jobs",
-        "rows": [job_json(j) for j in result.rows],
+        "rows": [page_row(request, j) for j in result.rows],
         "total": shown_count(result.total, result.total_capped),
         "prev_link": link(after=result.prev) if result.prev else None,
         "next_link": link(before=result.next) if result.next else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from jobledger.storage.memory.tables import MemoryTables
@@ -19,11 +19,26 @@ class MemoryCoordination(Coordination):
         for p in range(count):
             self.tables.leases.setdefault(p, PartitionLease(p, None, None))
 
-    async def heartbeat(self, pod: str, now: datetime) -> None:
+    async def heartbeat(
+        self, pod: str, now: datetime, paused: Mapping[str, datetime] | None = None
+    ) -> None:
         self.tables.workers[pod] = now
+        if paused is None:
+            self.tables.worker_pauses.pop(pod, None)
+        else:
+            self.tables.worker_pauses[pod] = dict(paused)
+
+    async def live_pauses(self, since: datetime) -> dict[str, dict[str, datetime]]:
+        pauses = self.tables.worker_pauses
+        return {
+            pod: dict(pauses[pod])
+            for pod, at in sorted(self.tables.workers.items())
+            if at > since and pod in pauses
+        }
 
     async def remove_worker(self, pod: str) -> None:
         self.tables.workers.pop(pod, None)
+        self.tables.worker_pauses.pop(pod, None)
 
     async def live_workers(self, since: datetime) -> list[str]:
         return sorted(p for p, at in self.tables.workers.items() if at > since)

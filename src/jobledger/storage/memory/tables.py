@@ -48,6 +48,8 @@ class MemoryTables:
         # --- coordination rows, counters, checkpoints, business rows ------------------------
         self.leases: dict[int, PartitionLease] = {}
         self.workers: dict[str, datetime] = {}
+        #: each pod's paused targets and since when, as its last heartbeat said them
+        self.worker_pauses: dict[str, dict[str, datetime]] = {}
         self.counters: dict[str, int] = {}
         self.counter_locks: dict[str, asyncio.Lock] = {}  # a row lock's part, per key
         self.checkpoints: dict[str, tuple[int, Any]] = {}

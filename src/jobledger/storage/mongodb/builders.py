@@ -368,8 +368,16 @@ def release_partitions(pod: str, partitions: Sequence[int]) -> tuple[Doc, Doc]:
     return query, {"$set": {"owner": None, "lease_until": None}}
 
 
-def heartbeat(pod: str, now: datetime) -> tuple[Doc, Doc]:
-    return {"_id": pod}, {"$set": {"heartbeat_at": now}}
+def heartbeat(
+    pod: str, now: datetime, paused: Mapping[str, datetime] | None = None
+) -> tuple[Doc, Doc]:
+    """A pod's heartbeat: its time, and its paused targets as `rows.paused_text`'s JSON
+    text (target names may hold dots or `$`, which a document's keys should not)."""
+    return {"_id": pod}, {"$set": {"heartbeat_at": now, "paused": rows.paused_text(paused)}}
+
+
+def live_pauses_query(since: datetime) -> Doc:
+    return {"heartbeat_at": {"$gt": since}, "paused": {"$ne": None}}
 
 
 def live_workers_query(since: datetime) -> Doc:

@@ -16,7 +16,7 @@ runs in `run_in_transaction(callback)` (decisions D40).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -55,7 +55,7 @@ from jobledger.storage.port import (
     native_handle,
     run_after_commit,
 )
-from jobledger.storage.rows import as_utc
+from jobledger.storage.rows import as_utc, pauses_by_pod
 from jobledger.storage.transaction import caller_hint
 
 T = TypeVar("T")
@@ -265,9 +265,15 @@ class MongoStore(
             with suppress(DuplicateKeyError):  # another pod created it first
                 await self.db.partitions.update_one(query, update, upsert=True)
 
-    async def heartbeat(self, pod: str, now: datetime) -> None:
-        query, update = b.heartbeat(pod, now)
+    async def heartbeat(
+        self, pod: str, now: datetime, paused: Mapping[str, datetime] | None = None
+    ) -> None:
+        query, update = b.heartbeat(pod, now, paused)
         await self.db.workers.update_one(query, update, upsert=True)
+
+    async def live_pauses(self, since: datetime) -> dict[str, dict[str, datetime]]:
+        found = self.db.workers.find(b.live_pauses_query(since), {"_id": 1, "paused": 1})
+        return pauses_by_pod(sorted([(d["_id"], d.get("paused")) async for d in found]))
 
     async def remove_worker(self, pod: str) -> None:
         await self.db.workers.delete_one(b.by_id(pod))

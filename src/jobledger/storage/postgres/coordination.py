@@ -5,14 +5,14 @@ gives up the moment the pod's session ends, is in `liveness.py`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from jobledger.storage.port import Beat, Coordination, PartitionLease
 from jobledger.storage.postgres.connections import PgConnections
 from jobledger.storage.postgres.liveness import PgLiveness
 from jobledger.storage.postgres.sql import Statements
-from jobledger.storage.rows import as_utc
+from jobledger.storage.rows import as_utc, paused_text, pauses_by_pod
 
 
 class PgCoordination(Coordination):
@@ -35,8 +35,13 @@ class PgCoordination(Coordination):
     async def seed_partitions(self, count: int) -> None:
         await self.connections.execute(self.sql.seed_partitions, (count,))
 
-    async def heartbeat(self, pod: str, now: datetime) -> None:
-        await self.connections.execute(self.sql.heartbeat, (pod, now))
+    async def heartbeat(
+        self, pod: str, now: datetime, paused: Mapping[str, datetime] | None = None
+    ) -> None:
+        await self.connections.execute(self.sql.heartbeat, (pod, now, paused_text(paused)))
+
+    async def live_pauses(self, since: datetime) -> dict[str, dict[str, datetime]]:
+        return pauses_by_pod(await self.connections.tuples(self.sql.live_pauses, (since,)))
 
     async def remove_worker(self, pod: str) -> None:
         await self.connections.execute(self.sql.remove_worker, (pod,))
@@ -77,9 +82,10 @@ class PgCoordination(Coordination):
         renew: Sequence[int],
         until: datetime,
         live_since: datetime,
+        paused: Mapping[str, datetime] | None = None,
     ) -> Beat:
-        """Liveness, renewals, live pods and the lease rows in one statement; the
-        heartbeat says whether `pod` holds its liveness token now."""
+        """Liveness (with the paused targets), renewals, live pods and the lease rows in
+        one statement; the heartbeat says whether `pod` holds its liveness token now."""
         token = self._tokens.get(pod)
         rows = await self.connections.tuples(
             self.sql.beat,
@@ -90,6 +96,7 @@ class PgCoordination(Coordination):
                 "renew": list(renew),
                 "since": live_since,
                 "token": token is not None and token.held,
+                "paused": paused_text(paused),
             },
         )
         held = {r[0] for r in rows if r[3]}

@@ -188,6 +188,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE {s}.workers ADD COLUMN liveness boolean NOT NULL DEFAULT false",
         ),
     ),
+    (
+        7,
+        (
+            # the targets paused on the pod and since when, as JSON text (its heartbeat
+            # writes them; NULL: a pod that does not say)
+            "ALTER TABLE {s}.workers ADD COLUMN paused text",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -438,6 +438,7 @@ class Statements:
     heartbeat: str
     remove_worker: str
     live_workers: str
+    live_pauses: str
     leases: str
     take_partition: str
     renew_partitions: str
@@ -665,8 +666,11 @@ ORDER BY position LIMIT %(limit)s""",
         # the primary key makes duplicates impossible; racing seeders insert each row once
         seed_partitions=f"INSERT INTO {s}.partitions (partition) SELECT generate_series(0, %s - 1)"
         " ON CONFLICT DO NOTHING",
-        heartbeat=f"INSERT INTO {s}.workers (pod, heartbeat_at) VALUES (%s, %s)"
-        " ON CONFLICT (pod) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+        heartbeat=f"INSERT INTO {s}.workers (pod, heartbeat_at, paused) VALUES (%s, %s, %s)"
+        " ON CONFLICT (pod) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
+        " paused = excluded.paused",
+        live_pauses=f"SELECT pod, paused FROM {s}.workers"
+        " WHERE heartbeat_at > %s AND paused IS NOT NULL ORDER BY pod",
         remove_worker=f"DELETE FROM {s}.workers WHERE pod = %s",
         live_workers=f"SELECT pod FROM {s}.workers WHERE heartbeat_at > %s ORDER BY pod",
         leases=f"SELECT partition, owner, lease_until FROM {s}.partitions ORDER BY partition",
@@ -683,9 +687,12 @@ ORDER BY position LIMIT %(limit)s""",
         # statement does not see its own CTEs' writes, so they are joined in).
         beat=f"""
 WITH hb AS (
-  INSERT INTO {s}.workers (pod, heartbeat_at, liveness) VALUES (%(pod)s, %(now)s, %(token)s)
+  INSERT INTO {s}.workers (pod, heartbeat_at, liveness, paused)
+  VALUES (%(pod)s, %(now)s, %(token)s, %(paused)s)
   ON CONFLICT (pod) DO UPDATE
-  SET heartbeat_at = excluded.heartbeat_at, liveness = excluded.liveness RETURNING pod
+  SET heartbeat_at = excluded.heartbeat_at, liveness = excluded.liveness,
+      paused = excluded.paused
+  RETURNING pod
 ), renewed AS (
   UPDATE {s}.partitions SET lease_until = %(until)s
   WHERE owner = %(pod)s AND partition = ANY(%(renew)s) AND lease_until > %(now)s

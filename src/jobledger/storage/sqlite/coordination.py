@@ -5,7 +5,7 @@ lock the kernel gives up when the process exits, is in `liveness.py`."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -46,10 +46,11 @@ class SqliteCoordination(Coordination):
         renew: Sequence[int],
         until: datetime,
         live_since: datetime,
+        paused: Mapping[str, datetime] | None = None,
     ) -> Beat:
         """The port's beat, with the live pods that have a token file, and the files of
         pods long gone swept away."""
-        beat = await super().beat(pod, now, renew, until, live_since)
+        beat = await super().beat(pod, now, renew, until, live_since, paused)
         if self.tokens is None or not self.tokens.exists():
             return beat
         sweep(self.tokens, [*beat.live, pod])
@@ -61,8 +62,17 @@ class SqliteCoordination(Coordination):
 
         await self.connections.write(work)
 
-    async def heartbeat(self, pod: str, now: datetime) -> None:
-        await self.connections.write(lambda c: c.execute(sql.HEARTBEAT, (pod, iso(now))))
+    async def heartbeat(
+        self, pod: str, now: datetime, paused: Mapping[str, datetime] | None = None
+    ) -> None:
+        params = (pod, iso(now), rows.paused_text(paused))
+        await self.connections.write(lambda c: c.execute(sql.HEARTBEAT, params))
+
+    async def live_pauses(self, since: datetime) -> dict[str, dict[str, datetime]]:
+        found = await self.connections.read(
+            lambda c: c.execute(sql.LIVE_PAUSES, (iso(since),)).fetchall()
+        )
+        return rows.pauses_by_pod(found)
 
     async def remove_worker(self, pod: str) -> None:
         await self.connections.write(lambda c: c.execute(sql.REMOVE_WORKER, (pod,)))

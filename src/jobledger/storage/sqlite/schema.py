@@ -128,6 +128,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE TABLE counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
         ),
     ),
+    (
+        3,
+        (
+            # the targets paused on the pod and since when, as JSON text (its heartbeat
+            # writes them; NULL: a pod that does not say)
+            "ALTER TABLE workers ADD COLUMN paused TEXT",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

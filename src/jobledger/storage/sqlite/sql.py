@@ -208,8 +208,12 @@ NEXT_DUE_FAST = (
 
 SEED_PARTITION = 'INSERT OR IGNORE INTO partitions ("partition") VALUES (?)'
 HEARTBEAT = (
-    "INSERT INTO workers (pod, heartbeat_at) VALUES (?, ?)"
-    " ON CONFLICT (pod) DO UPDATE SET heartbeat_at = excluded.heartbeat_at"
+    "INSERT INTO workers (pod, heartbeat_at, paused) VALUES (?, ?, ?)"
+    " ON CONFLICT (pod) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
+    " paused = excluded.paused"
+)
+LIVE_PAUSES = (
+    "SELECT pod, paused FROM workers WHERE heartbeat_at > ? AND paused IS NOT NULL ORDER BY pod"
 )
 REMOVE_WORKER = "DELETE FROM workers WHERE pod = ?"
 LIVE_WORKERS = "SELECT pod FROM workers WHERE heartbeat_at > ? ORDER BY pod"
