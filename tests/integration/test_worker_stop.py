@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.cli.worker import EXIT_STOP_TIMEOUT
+from jobledger.cli._stopping import EXIT_STOP_TIMEOUT
 from jobledger.config.settings import Settings
 from jobledger.domain.jobs import JobStatus
 from jobledger.engine import Engine

@@ -5,48 +5,25 @@ what it abandons and exits at once (`abandon`)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from jobledger.reactors.runtime import stop_on_signals
 
 if TYPE_CHECKING:
     from jobledger.reactors.runtime import InFlight, Runtime
+
+__all__ = ["EXIT_STOP_TIMEOUT", "StopDeadline", "abandon", "abandon_line", "stop_on_signals"]
 
 logger = logging.getLogger("jobledger.worker")
 
 #: exit status of a process whose stop outlived `stop_timeout_s`
 EXIT_STOP_TIMEOUT = 1
-
-
-@contextlib.contextmanager
-def stop_on_signals(
-    stop: asyncio.Event, *, then: Callable[[int], None] | None = None
-) -> Iterator[None]:
-    """SIGINT / SIGTERM set `stop`; once it is set, another one calls `then` with the
-    signal's number (the second Ctrl-C: `abandon`), when given."""
-    loop = asyncio.get_running_loop()
-    installed = []
-
-    def arrived(sig: int) -> None:
-        if stop.is_set() and then is not None:
-            then(sig)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, arrived, int(sig))
-            installed.append(sig)
-    try:
-        yield
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
 
 
 class StopDeadline:

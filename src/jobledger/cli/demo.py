@@ -34,7 +34,8 @@ from typing import Any, TextIO
 from jobledger.cli._audit import reach
 from jobledger.cli._demo_settle import Tally, follow
 from jobledger.cli._options import bind
-from jobledger.cli.serve import add_http_options, print_access, stop_on_signals
+from jobledger.cli._stopping import stop_on_signals
+from jobledger.cli.serve import add_http_options, print_access
 from jobledger.domain.errors import ConfigError
 from jobledger.domain.jobs import Job
 

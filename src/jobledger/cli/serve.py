@@ -23,7 +23,7 @@ from jobledger.cli._options import (
 )
 from jobledger.cli._stopping import StopDeadline, abandon, stop_on_signals
 
-__all__ = ["add_http_options", "print_access", "stop_on_signals"]
+__all__ = ["add_http_options", "print_access"]
 
 
 def register(sub: Any) -> None:

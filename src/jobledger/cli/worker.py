@@ -33,9 +33,9 @@ import logging
 from typing import Any
 
 from jobledger.cli._options import add_app_option, add_stop_timeout_option, port
-from jobledger.cli._stopping import EXIT_STOP_TIMEOUT, StopDeadline, abandon, stop_on_signals
+from jobledger.cli._stopping import StopDeadline, abandon, stop_on_signals
 
-__all__ = ["EXIT_STOP_TIMEOUT", "StopDeadline", "register", "run"]
+__all__ = ["register", "run"]
 
 logger = logging.getLogger("jobledger.worker")
 

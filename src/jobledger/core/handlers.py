@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import inspect
 import types
 import typing
@@ -64,6 +65,16 @@ class PayloadType:
         return dataclasses.asdict(value)
 
 
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    """A dataclass's resolved field annotations, read once per class (decoding runs for
+    every job); an annotation that does not resolve leaves the fields as they are."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:
+        return {}
+
+
 def typed_value(hint: Any, data: Any) -> Any:
     """`data` (JSON data) rebuilt as the annotation `hint` says: the inverse of the
     payload codec for the types it writes; other annotations take `data` as it is."""
@@ -84,10 +95,7 @@ def typed_value(hint: Any, data: Any) -> Any:
     if dataclasses.is_dataclass(hint):
         if not isinstance(data, dict):
             raise TypeError(f"expected an object, got {type(data).__name__}")
-        try:
-            hints = typing.get_type_hints(hint)
-        except Exception:  # an annotation that does not resolve: the fields as they are
-            hints = {}
+        hints = _field_hints(hint)
         return hint(**{k: typed_value(hints.get(k, Any), v) for k, v in data.items()})
     if issubclass(hint, enum.Enum):
         return hint(data)

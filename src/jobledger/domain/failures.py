@@ -68,6 +68,8 @@ _REASONS = {reason.value: reason for reason in FailureReason}
 TAKEN_OVER_TEXT = "in flight when its partition was taken over"
 LEASE_EXPIRED_TEXT = "lease expired while running; the first run may have finished"
 POD_DIED_TEXT = "its pod died while running; the run may have finished"
+#: the `reason` of the JobRequeued of a dead pod's at-least-once claim
+POD_DIED_REQUEUED_TEXT = "its pod died while running"
 STOPPED_TEXT = "given back by a stopping pod; no attempt spent"
 
 
@@ -166,7 +168,7 @@ _IMPLIED: dict[str, FailureReason] = {
     TAKEN_OVER_TEXT: FailureReason.TAKEN_OVER,
     LEASE_EXPIRED_TEXT: FailureReason.LEASE_EXPIRED,
     POD_DIED_TEXT: FailureReason.POD_DIED,
-    "its pod died while running": FailureReason.POD_DIED,
+    POD_DIED_REQUEUED_TEXT: FailureReason.POD_DIED,
 }
 #: the outcome an attempt's event stands for, as the history shows it
 _OUTCOMES = {

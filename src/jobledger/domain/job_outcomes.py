@@ -16,6 +16,7 @@ from typing import Any
 from jobledger.domain.events import EventType, new_event
 from jobledger.domain.failures import (
     LEASE_EXPIRED_TEXT,
+    POD_DIED_REQUEUED_TEXT,
     POD_DIED_TEXT,
     TAKEN_OVER_TEXT,
     Failure,
@@ -94,15 +95,16 @@ _REASON_OF_RESULT = {
 }
 
 
-def run_failure(job: Job, run: RunResult) -> Failure:
-    """The failure record of `job`'s run that ended as `run` (not OK, not skipped)."""
+def run_failure(job: Job, run: RunResult, error: str | None) -> Failure:
+    """The failure record of `job`'s run that ended as `run` (not OK, not skipped), with
+    `error`, the run's error text as `decide_outcome` has it."""
     reason = reason_named(run.reason) or _REASON_OF_RESULT.get(
         run.result, FailureReason.HANDLER_ERROR
     )
     return Failure(
         reason,
         run.error_class,
-        error_text(run.error),
+        error,
         run.traceback,
         job.attempts + 1,
         run.duration_ms,
@@ -148,7 +150,7 @@ def decide_outcome(job: Job, run: RunResult, policy: OutcomePolicy, stamp: Stamp
     error = error_text(run.error)
     if run.result == Result.SKIPPED:
         return Outcome(skip_slot(job, stamp, error or OutcomeLabel.SKIPPED), OutcomeLabel.SKIPPED)
-    failure = run_failure(job, run)  # only a failed run pays for its record
+    failure = run_failure(job, run, error)  # only a failed run pays for its record
     attempts = failure.attempt  # the runs that happened, this one included
     if run.result == Result.TIMED_OUT and policy.delivery_mode == DeliveryMode.AT_MOST_ONCE:
         return dead_outcome(job, stamp, "timeout", error, attempts, failure)
@@ -251,13 +253,10 @@ def take_over(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
     failure, dead = _ended_by_engine(job, mode, stamp, FailureReason.TAKEN_OVER, TAKEN_OVER_TEXT)
     if dead is not None:
         return dead
-    requeued: dict[str, Any] = {
-        "reason": TAKEN_OVER_TEXT,
-        "token": job.inflight_token,
-        "failure": failure.to_json(),
-    }
-    return Outcome(
-        append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
+    return requeued(
+        job,
+        stamp,
+        {"reason": TAKEN_OVER_TEXT, "token": job.inflight_token, "failure": failure.to_json()},
     )
 
 
@@ -269,13 +268,10 @@ def claim_of_dead_pod(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome:
     failure, dead = _ended_by_engine(job, mode, stamp, FailureReason.POD_DIED, POD_DIED_TEXT)
     if dead is not None:
         return dead
-    requeued = {
-        "reason": "its pod died while running",
-        "token": job.claim_token,
-        "failure": failure.to_json(),
-    }
-    return Outcome(
-        append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
+    return requeued(
+        job,
+        stamp,
+        {"reason": POD_DIED_REQUEUED_TEXT, "token": job.claim_token, "failure": failure.to_json()},
     )
 
 
@@ -292,10 +288,18 @@ def stopped_while_running(job: Job, mode: DeliveryMode, stamp: Stamp) -> Outcome
     """
     if mode == DeliveryMode.AT_MOST_ONCE:
         return None
-    requeued = {"reason": "stopped", "token": job.claim_token, "next_run_at": iso(stamp.at)}
-    return Outcome(
-        append_events(job, stamp, (EventType.JOB_REQUEUED, requeued)), OutcomeLabel.REQUEUED
-    )
+    given_back = {
+        "reason": FailureReason.STOPPED.value,
+        "token": job.claim_token,
+        "next_run_at": iso(stamp.at),
+    }
+    return requeued(job, stamp, given_back)
+
+
+def requeued(job: Job, stamp: Stamp, data: dict[str, Any]) -> Outcome:
+    """`job` PENDING again with the claim or mark dropped and no attempt spent
+    (`JobRequeued` with `data`: its reason, the token dropped)."""
+    return Outcome(append_events(job, stamp, (EventType.JOB_REQUEUED, data)), OutcomeLabel.REQUEUED)
 
 
 def reclaim_expired(

@@ -68,3 +68,14 @@ def send_deadline(lease_until: datetime, lease_s: float) -> datetime:
     sends nothing more.
     """
     return lease_until - timedelta(seconds=lease_s * SEND_MARGIN_SHARE)
+
+
+#: how long a pod whose liveness token is free keeps its partitions before another pod
+#: takes them (s): a live pod whose token was taken notices within milliseconds and
+#: sends nothing more; a dead one loses half a second
+DEATH_GRACE_S = 0.5
+
+
+def death_grace_s(lease_s: float) -> float:
+    """`DEATH_GRACE_S`, or an eighth of a shorter lease (0.25 s of the tests' 2 s)."""
+    return min(DEATH_GRACE_S, lease_s / 8)

@@ -41,22 +41,12 @@ from jobledger.config.settings import Settings
 from jobledger.core.clock import Clock
 from jobledger.core.tasks import cancel_and_wait
 from jobledger.domain.jobs import Job
-from jobledger.domain.policies import share_target
+from jobledger.domain.policies import death_grace_s, share_target
 from jobledger.observability.observe import Observer
 from jobledger.reactors.waiting import wait_for
 from jobledger.storage.port import Beat, Store
 
 logger = logging.getLogger("jobledger.leases")
-
-#: how long a pod whose liveness token is free keeps its partitions before another pod
-#: takes them (s): a live pod whose token was taken notices within milliseconds and
-#: sends nothing more; a dead one loses half a second
-DEATH_GRACE_S = 0.5
-
-
-def death_grace_s(lease_s: float) -> float:
-    """`DEATH_GRACE_S`, or an eighth of a shorter lease (0.25 s of the tests' 2 s)."""
-    return min(DEATH_GRACE_S, lease_s / 8)
 
 
 def make_pod_id() -> str:
@@ -108,6 +98,7 @@ class PartitionLeases:
         listener: PartitionListener,
         observers: Observer,
         claims: ClaimListener | None = None,
+        paused: Callable[[], Mapping[str, datetime]] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -122,7 +113,7 @@ class PartitionLeases:
         self._beat_now = asyncio.Event()  # the stop, or a token taken back: beat at once
         #: the targets paused on this pod and since when, said with each heartbeat (the
         #: dashboard of a process without workers reads them from the pods' rows)
-        self.paused: Callable[[], Mapping[str, datetime]] | None = None
+        self.paused = paused
         #: this pod's liveness token; None: the store has none (leases alone)
         self.liveness = store.coordination.liveness(pod)
         if self.liveness is not None:

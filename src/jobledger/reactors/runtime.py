@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -88,9 +88,15 @@ class Runtime:
         self.fast = FastLane(engine, self.pod, self.outcomes, self.committer)
         self.long = LongLane(engine, self.pod, self.outcomes)
         self.leases = PartitionLeases(
-            engine.store, engine.clock, settings, self.pod, self.fast, engine.observers, self.long
+            engine.store,
+            engine.clock,
+            settings,
+            self.pod,
+            self.fast,
+            engine.observers,
+            self.long,
+            paused=self.pauses.paused,  # each heartbeat says the pod's paused targets
         )
-        self.leases.paused = self.pauses.paused  # each heartbeat says the pod's paused targets
         self.started = False
         self._tasks: list[asyncio.Task[None]] = []
         self._lease_task: asyncio.Task[None] | None = None
@@ -251,22 +257,36 @@ class Runtime:
                 await self.engine.clock.sleep(1.0)
 
 
-async def wait_for_signal(
-    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
-) -> None:
-    """Return once one of `signals` arrives (the SIGTERM path of a pod)."""
+@contextlib.contextmanager
+def stop_on_signals(
+    stop: asyncio.Event, *, then: Callable[[int], None] | None = None
+) -> Iterator[None]:
+    """SIGINT / SIGTERM set `stop`; once it is set, another one calls `then` with the
+    signal's number (the second Ctrl-C: `abandon`), when given."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    installed: list[signal.Signals] = []
-    for sig in signals:
+    installed = []
+
+    def arrived(sig: int) -> None:
+        if stop.is_set() and then is not None:
+            then(sig)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, arrived, int(sig))
             installed.append(sig)
     try:
-        await stop.wait()
+        yield
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def wait_for_signal() -> None:
+    """Return once SIGINT or SIGTERM arrives (the SIGTERM path of a pod)."""
+    stop = asyncio.Event()
+    with stop_on_signals(stop):
+        await stop.wait()
 
 
 async def _bounded(

@@ -18,7 +18,7 @@ import pytest
 
 from jobledger.core.clock import FakeClock
 from jobledger.domain.jobs import DeliveryMode, JobStatus
-from jobledger.reactors.leases import DEATH_GRACE_S
+from jobledger.domain.policies import DEATH_GRACE_S
 from jobledger.reactors.runtime import Runtime
 from jobledger.storage.port import Store
 from tests.contract.conftest import Kit
