@@ -1,38 +1,14 @@
-"""JSON shown in the page's tables, breakable only between tokens.
-
-`json_pairs` renders an object as its top-level `"key": value` pairs, each in a
-`<span class="pair">` the stylesheet keeps on one line where it fits: a long event
-payload wraps between pairs (never inside a key, a number or a short string), and only
-a single value wider than the cell breaks inside itself. Everything is escaped.
-"""
+"""Event data shown in the page's tables: labelled fields an operator reads at a
+glance (`event_fields`), and times as the page writes them (`when`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from markupsafe import Markup
-
 
 def _dump(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-
-
-def json_pairs(value: Any) -> Markup:
-    """`{"a": 1, "b": "x"}` as `{<span class="pair">"a": 1,</span> …}`, HTML-escaped."""
-    if not isinstance(value, dict) or not value:
-        return Markup('<span class="pair">{}</span>').format(_dump(value))
-    items = sorted(value.items(), key=lambda item: str(item[0]))
-    spans = [
-        Markup('<span class="pair">{}{}: {}{}</span>').format(
-            "{" if n == 0 else "",
-            _dump(str(key)),
-            _dump(item),
-            "}" if n == len(items) - 1 else ",",
-        )
-        for n, (key, item) in enumerate(items)
-    ]
-    return Markup(" ").join(spans)
 
 
 #: event data fields shown first, in this order; the others follow by name
@@ -41,11 +17,19 @@ _FIRST = ("reason", "attempts", "error", "next_run_at", "token", "pod", "lease_u
 #: the traceback is in the attempts table)
 _FAILURE_SHOWN = ("attempt", "reason", "error_class", "duration_ms")
 _TIME_KEYS = ("_at", "_until", "run_at")
+_ORDER = {key: n for n, key in enumerate(_FIRST)}
+
+
+def when(value: str | None) -> str:
+    """An ISO time as the page writes it: `2026-12-07 10:00:00Z` (— when unset)."""
+    if not value:
+        return "—"
+    return value.replace("T", " ").replace(".000Z", "Z")
 
 
 def _field_text(key: str, value: Any) -> str:
     if isinstance(value, str) and key.endswith(_TIME_KEYS):
-        return value.replace("T", " ").replace(".000Z", "Z")
+        return when(value)
     if isinstance(value, str):
         return value
     if isinstance(value, float):
@@ -60,9 +44,8 @@ def event_fields(data: Any) -> list[tuple[str, str]]:
     its message when the event has no `error`); nested values are compact JSON."""
     if not isinstance(data, dict):
         return [("data", _dump(data))]
-    order = {key: n for n, key in enumerate(_FIRST)}
     out: list[tuple[str, str]] = []
-    for key in sorted(data, key=lambda k: (order.get(str(k), len(order)), str(k))):
+    for key in sorted(data, key=lambda k: (_ORDER.get(str(k), len(_ORDER)), str(k))):
         value = data[key]
         if key == "failure" and isinstance(value, dict):
             shown = [*_FAILURE_SHOWN, *(("message",) if data.get("error") is None else ())]

@@ -16,7 +16,7 @@ from starlette.templating import Jinja2Templates
 
 from jobledger.config.api_keys import Principal
 from jobledger.http.auth import csrf_token
-from jobledger.http.json_html import event_fields, json_pairs
+from jobledger.http.json_html import event_fields, when
 from jobledger.http.session import same_text
 
 HERE = Path(__file__).resolve().parent.parent
@@ -25,19 +25,12 @@ FLASH_COOKIE = "jobledger_flash"
 MAX_FLASH_CHARS = 500
 
 
-def _when(value: str | None) -> str:
-    if not value:
-        return "—"
-    return value.replace("T", " ").replace(".000Z", "Z")
-
-
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-templates.env.filters["when"] = _when
+templates.env.filters["when"] = when
 templates.env.filters["pretty"] = _pretty
-templates.env.filters["json_pairs"] = json_pairs
 templates.env.filters["event_fields"] = event_fields
 
 

@@ -40,8 +40,6 @@ from jobledger.storage.postgres.sql import Statements
 
 logger = logging.getLogger("jobledger.storage")
 
-#: how long `hold` waits for its key before it asks who holds it (s)
-HOLD_WAIT_S = 5.0
 #: TCP keepalives of the token's own connections, unless the DSN sets them: a pod whose
 #: path to the server died notices within ~10 s instead of the system's two hours
 KEEPALIVES = {
@@ -90,7 +88,6 @@ class PgLiveness(Liveness):
         self._backend: int | None = None  # the pid of the last session that held the token
         self._monitor: asyncio.Task[None] | None = None
         self._watch: Conn | None = None
-        self.hold_wait_s = HOLD_WAIT_S
 
     @property
     def held(self) -> bool:

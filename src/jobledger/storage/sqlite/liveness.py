@@ -40,9 +40,6 @@ logger = logging.getLogger("jobledger.storage")
 
 #: seconds between two looks at the watched pods' locks
 POLL_S = 0.2
-#: how long `hold` waits for its own file's lock (s): a pod taking this one over holds
-#: it for a moment; longer, another live process runs under this pod id
-HOLD_WAIT_S = 5.0
 #: a temporary token file older than this whose lock is free was left by a crash (s)
 STALE_TMP_S = 60.0
 
@@ -108,7 +105,6 @@ class SqliteLiveness(Liveness):
         self.pod = pod
         self.path = token_path(folder, pod)
         self._fd: int | None = None
-        self.hold_wait_s = HOLD_WAIT_S
 
     @property
     def held(self) -> bool:
