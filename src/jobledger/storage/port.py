@@ -262,7 +262,13 @@ class Coordination(abc.ABC):
         leases on `renew`, read the live pods and every lease row."""
         await self.heartbeat(pod, now, paused)
         held = await self.renew_partitions(pod, renew, now, until) if renew else []
-        return Beat(held, await self.live_workers(live_since), await self.leases())
+        live = await self.live_workers(live_since)
+        return Beat(held, live, await self.leases(), self.watched(pod, live))
+
+    def watched(self, pod: str, live: list[str]) -> list[str]:
+        """Of the `live` pods, those that advertise a liveness token (`Beat.watched`), as
+        the port's `beat` reads them: none for a store without tokens."""
+        return []
 
     async def take_partitions(
         self, partitions: Sequence[int], pod: str, now: datetime, until: datetime

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jobledger.domain.timeutil import iso
 from jobledger.storage import rows
-from jobledger.storage.port import Beat, Coordination, PartitionLease
+from jobledger.storage.port import Coordination, PartitionLease
 from jobledger.storage.sqlite import sql
 from jobledger.storage.sqlite.connections import Connections
 from jobledger.storage.sqlite.encode import chunks
@@ -39,22 +39,13 @@ class SqliteCoordination(Coordination):
         for token in self._tokens.values():
             await token.release()
 
-    async def beat(
-        self,
-        pod: str,
-        now: datetime,
-        renew: Sequence[int],
-        until: datetime,
-        live_since: datetime,
-        paused: Mapping[str, datetime] | None = None,
-    ) -> Beat:
-        """The port's beat, with the live pods that have a token file, and the files of
-        pods long gone swept away."""
-        beat = await super().beat(pod, now, renew, until, live_since, paused)
+    def watched(self, pod: str, live: list[str]) -> list[str]:
+        """The live pods that have a token file; the files of pods long gone are swept
+        away on the way (each heartbeat does it)."""
         if self.tokens is None or not self.tokens.exists():
-            return beat
-        sweep(self.tokens, [*beat.live, pod])
-        return Beat(beat.held, beat.live, beat.leases, advertised(self.tokens, beat.live))
+            return []
+        sweep(self.tokens, [*live, pod])
+        return advertised(self.tokens, live)
 
     async def seed_partitions(self, count: int) -> None:
         def work(conn: sqlite3.Connection) -> None:
