@@ -34,7 +34,7 @@ from jobledger.storage.sqlite.writes import (
     check_reaches,
     dedupe_holders_on,
     next_version_on,
-    no_tables,
+    write_migrated,
 )
 
 
@@ -128,10 +128,7 @@ def _sqlite_writer(store: SqliteStore, conn: sqlite3.Connection) -> Writer:
 
     def migrated(write: Callable[[sqlite3.Connection, Any], Any]) -> Callable[[Any], Any]:
         def run(argument: Any) -> Any:
-            try:
-                return write(conn, argument)
-            except sqlite3.OperationalError as exc:
-                raise no_tables(store.path, exc) from exc
+            return write_migrated(store.path, write, conn, argument)
 
         return run
 

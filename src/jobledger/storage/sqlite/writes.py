@@ -74,6 +74,17 @@ def no_tables(path: str, exc: sqlite3.OperationalError) -> Exception:
     )
 
 
+def write_migrated(
+    path: str, write: Callable[[sqlite3.Connection, A], T], conn: sqlite3.Connection, argument: A
+) -> T:
+    """`write(conn, argument)` on a caller's own connection; missing tables are a
+    ConfigError naming the cure (`no_tables`)."""
+    try:
+        return write(conn, argument)
+    except sqlite3.OperationalError as exc:
+        raise no_tables(path, exc) from exc
+
+
 _NOT_IN_TRANSACTION = (
     "enqueue needs a connection inside a transaction, not autocommit: BEGIN first (or a"
     " connection in the sqlite3 module's default mode)"
@@ -131,12 +142,8 @@ class SqliteWrites(Writes):
     ) -> T:
         """`write(conn, argument)` on a caller's own connection, once `check_reaches`
         passed it; missing tables are a ConfigError naming the cure."""
-        path = self.connections.path
-        check_reaches(conn, path)
-        try:
-            return write(conn, argument)
-        except sqlite3.OperationalError as exc:
-            raise no_tables(path, exc) from exc
+        check_reaches(conn, self.connections.path)
+        return write_migrated(self.connections.path, write, conn, argument)
 
     async def dedupe_holders(self, tx: Any, keys: Sequence[str]) -> dict[str, str]:
         cursor = native_handle(tx).cursor()
