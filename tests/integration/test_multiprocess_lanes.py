@@ -144,9 +144,13 @@ async def lease_counts(store: Store) -> Counter[str]:
 
 
 def deliveries(out: Path) -> list[dict[str, Any]]:
+    """The deliveries the workers have written whole: a line a worker is still writing
+    (no newline yet) is read at the next look, once complete."""
     if not out.exists():
         return []
-    return [json.loads(line) for line in out.read_text().splitlines() if line]
+    text = out.read_text()
+    whole = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
