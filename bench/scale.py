@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import ctypes
 import io
 import os
 import pstats
@@ -52,13 +53,14 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from drain import backend_ticks
@@ -106,6 +108,7 @@ class Point:
     server_us: float  # the pod's server backends' CPU µs per drained job (PostgreSQL)
     enqueue: float  # single enqueues per second
     enqueue_p50_ms: float
+    enqueue_us: float  # this process's CPU µs per single enqueue
     first_ms: float  # from the start to the first run
     notes: list[str] = field(default_factory=list)
 
@@ -191,7 +194,10 @@ def conf_value(setting: str, unit: str | None) -> str:
 
 
 @asynccontextmanager
-async def fresh_store(kind: str, server: Server, tmp: Path) -> AsyncIterator[Store]:
+async def fresh_store(
+    kind: str, server: Server, tmp: Path, template: Path | None = None
+) -> AsyncIterator[Store]:
+    """A store of its own; on SQLite a copy of `template` (a filled file) if given."""
     if kind == "postgres":
         database = await server.database()
         async with pg_fresh_store(BENCH_APP, database=database, pool_max=10) as pg:
@@ -200,6 +206,8 @@ async def fresh_store(kind: str, server: Server, tmp: Path) -> AsyncIterator[Sto
     from jobledger.storage.sqlite import SqliteStore
 
     path = tmp / f"scale-{uuid.uuid4().hex[:6]}.db"
+    if template is not None:
+        shutil.copyfile(template, path)
     sqlite_store = SqliteStore(str(path))
     await sqlite_store.open()
     try:
@@ -213,14 +221,15 @@ async def fresh_store(kind: str, server: Server, tmp: Path) -> AsyncIterator[Sto
 # --- one point ------------------------------------------------------------------------
 
 
-async def load(engine: Engine, size: int, prefix: str) -> None:
-    """`size` jobs of TARGET, 1,000 per transaction, distinct keys (every partition)."""
-    for start in range(0, size, 1000):
+async def load(engine: Engine, size: int, prefix: str, first: int = 0) -> None:
+    """`size` jobs of TARGET, 1,000 per transaction, distinct keys (every partition):
+    `prefix` and a number from `first` on."""
+    for start in range(first, first + size, 1000):
         async with engine.transaction() as tx:
             await engine.enqueue_many(
                 [
                     NewJob(TARGET, None, key=f"{prefix}{i}")
-                    for i in range(start, min(start + 1000, size))
+                    for i in range(start, min(start + 1000, first + size))
                 ],
                 tx=tx,
             )
@@ -362,17 +371,64 @@ class Backlog:
 
 
 async def open_backlog(
-    stack: AsyncExitStack, kind: str, server: Server, tmp: Path, lane: str, size: int
+    stack: AsyncExitStack,
+    kind: str,
+    server: Server,
+    tmp: Path,
+    lane: str,
+    size: int,
+    template: Path | None = None,
 ) -> Backlog:
+    """The lane's store at `size`: filled here, or (SQLite) a copy of a filled file."""
     lane_name, mode = LANES[lane]
-    store = await stack.enter_async_context(fresh_store(kind, server, tmp))
+    store = await stack.enter_async_context(fresh_store(kind, server, tmp, template))
     engine = Engine(store, settings=Settings())
     counter = Counter()
     engine.targets.register(TARGET, lane_name, counter, delivery_mode=mode)
-    await load(engine, size, "k")
-    await analyze(store)
+    if template is None:
+        await load(engine, size, "k")
+        await analyze(store)
     await business_table(store)
     return Backlog(store, engine, counter, size)
+
+
+def template_path(folder: Path, lane: str, size: int) -> Path:
+    """A filled SQLite file: by schema version, lane (not delivery mode: the rows are the
+    same) and size."""
+    from jobledger.storage.sqlite.schema import LATEST
+
+    return folder / f"scale-v{LATEST}-{LANES[lane][0]}-{size}.db"
+
+
+async def fill_templates(folder: Path, lane: str, sizes: list[int]) -> None:
+    """The filled SQLite files of `lane` at `sizes` in `folder`, each the very file
+    `open_backlog` would fill (keys k0, k1, ... one target, 1,000 per transaction, then
+    ANALYZE), filled once: one file grown from size to size and copied at each, its WAL
+    checkpointed into it first. Files already there are kept."""
+    from jobledger.storage.sqlite import SqliteStore
+
+    if all(template_path(folder, lane, size).exists() for size in sizes):
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    work = folder / f"filling-{uuid.uuid4().hex[:6]}.db"
+    store = SqliteStore(str(work))
+    await store.open()
+    try:
+        engine = Engine(store, settings=Settings())
+        engine.targets.register(TARGET, LANES[lane][0], Counter())
+        filled = 0
+        for size in sorted(sizes):
+            await load(engine, size - filled, "k", first=filled)
+            filled = size
+            await analyze(store)
+            await store.connections.w.run(
+                lambda: store.connections.w.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            )
+            shutil.copyfile(work, template_path(folder, lane, size))
+    finally:
+        await store.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{work}{suffix}").unlink(missing_ok=True)
 
 
 async def point(backlog: Backlog, server: Server, lane: str, round_: int, args: Any) -> Point:
@@ -382,21 +438,33 @@ async def point(backlog: Backlog, server: Server, lane: str, round_: int, args: 
     kind = store.name
     lane_name, _ = LANES[lane]
     notes: list[str] = []
+    drain = args.long_drain if lane_name == "long" else args.drain
+    pages = SqlitePages(store) if args.diagnose and kind == "sqlite" else None
     if args.diagnose and kind == "postgres":
         if round_ == 0:
             notes += await explain_reads(store, lane_name)
         await reset_statements(server)
+    if pages is not None:
+        if round_ == 0:
+            notes += sqlite_plans(store)
+        pages.start()
+    enqueue_cpu = time.process_time()
     samples = await single_enqueues(engine, store, args.enqueues, f"s{round_}-")
+    enqueue_cpu = time.process_time() - enqueue_cpu
     if args.diagnose and kind == "postgres":
         notes += await statements(server, "enqueues", args.enqueues)
         await reset_statements(server)
-    drain = args.long_drain if lane_name == "long" else args.drain
-    profile = cProfile.Profile() if args.diagnose else None
+    if pages is not None:
+        notes += pages.notes("enqueues", args.enqueues)
+        pages.start()
+    profile = cProfile.Profile() if args.diagnose and not args.no_profile else None
     seconds, cpu, server_s, first = await timed_drain(
         engine, store, server, counter, drain, profile
     )
     if args.diagnose and kind == "postgres":
         notes += await statements(server, "drain", drain)
+    if pages is not None:
+        notes += pages.notes("drain", drain)
     if profile is not None:
         notes += profile_notes(profile, args.profile_dir, f"{kind}-{lane}-{backlog.size}-{round_}")
     await load(engine, max(drain - args.enqueues, 0), f"t{round_}-")
@@ -409,6 +477,7 @@ async def point(backlog: Backlog, server: Server, lane: str, round_: int, args: 
         server_s / drain * 1e6,
         len(samples) / sum(samples),
         statistics.median(samples) * 1000,
+        enqueue_cpu / len(samples) * 1e6,
         first * 1000,
         notes,
     )
@@ -478,6 +547,133 @@ async def explain_reads(store: Store, lane: str) -> list[str]:
     return out
 
 
+class SqlitePages:
+    """What the SQLite store's connections did over a stretch: each thread's CPU time
+    (the loop's, the writer's, the reader's: cProfile sees only the loop's) and each
+    connection's page cache counters (`sqlite3_db_status`: hits, misses, pages written,
+    pages spilled mid-transaction), and the file's and the WAL's size."""
+
+    #: SQLITE_DBSTATUS_CACHE_HIT, _MISS, _WRITE, _SPILL
+    COUNTERS: ClassVar[dict[str, int]] = {"hit": 7, "miss": 8, "write": 9, "spill": 12}
+
+    def __init__(self, store: Store) -> None:
+        import _sqlite3
+
+        from jobledger.storage.sqlite import SqliteStore
+
+        assert isinstance(store, SqliteStore)
+        self.store = store
+        self.status = ctypes.CDLL(_sqlite3.__file__).sqlite3_db_status
+        self.status.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.POINTER(ctypes.c_int)] * 2]
+        self.status.argtypes.append(ctypes.c_int)
+        self.filename = ctypes.CDLL(_sqlite3.__file__).sqlite3_db_filename
+        self.filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        self.filename.restype = ctypes.c_char_p
+
+    def handle(self, conn: sqlite3.Connection) -> int:
+        """The `sqlite3 *` of a connection: the first field after the object's header in
+        CPython's connection object, checked by asking it for the store's file name."""
+        db = int(ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value or 0)
+        name = self.filename(db, b"main") if db else None
+        if name is None or os.path.realpath(name.decode()) != os.path.realpath(self.store.path):
+            raise SystemExit("--diagnose: this Python's sqlite3 connection layout is not known")
+        return db
+
+    def counters(self, reset: bool) -> dict[str, dict[str, int]]:
+        out = {}
+        conns = self.store.connections
+        for name, conn in (("writer", conns.w.conn), ("reader", conns.r.conn)):
+            values = {}
+            for counter, op in self.COUNTERS.items():
+                cur, high = ctypes.c_int(), ctypes.c_int()
+                self.status(self.handle(conn), op, ctypes.byref(cur), ctypes.byref(high), reset)
+                values[counter] = cur.value
+            out[name] = values
+        return out
+
+    def threads(self) -> dict[str, float]:
+        """CPU seconds of this process's threads by role, read from /proc."""
+        out = {"loop": 0.0, "writer": 0.0, "reader": 0.0, "other": 0.0}
+        tick = os.sysconf("SC_CLK_TCK")
+        for thread in threading.enumerate():
+            try:
+                fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+            except OSError:
+                continue
+            utime, stime = fields.rsplit(")", 1)[1].split()[11:13]
+            role = (
+                "loop"
+                if thread is threading.main_thread()
+                else "writer"
+                if thread.name.startswith("jobledger-sqlite-w")
+                else "reader"
+                if thread.name.startswith("jobledger-sqlite-r")
+                else "other"
+            )
+            out[role] += (int(utime) + int(stime)) / tick
+        return out
+
+    def wal_bytes(self) -> int:
+        path = Path(f"{self.store.path}-wal")
+        return path.stat().st_size if path.exists() else 0
+
+    def start(self) -> None:
+        self.counters(reset=True)
+        self.before = self.threads()
+
+    def notes(self, what: str, jobs: int) -> list[str]:
+        cpu = self.threads()
+        counts = self.counters(reset=False)
+        size = Path(self.store.path).stat().st_size
+        out = [
+            f"{what}: CPU µs a job by thread: "
+            + ", ".join(f"{k} {(cpu[k] - self.before[k]) / jobs * 1e6:.0f}" for k in cpu)
+            + f"; file {size / 2**20:.0f} MiB, WAL {self.wal_bytes() / 2**20:.0f} MiB"
+        ]
+        for name, values in counts.items():
+            out.append(
+                f"  {name} pages a job: "
+                + ", ".join(f"{k} {v / jobs:.2f}" for k, v in values.items())
+            )
+        return out
+
+
+def sqlite_plans(store: Store) -> list[str]:
+    """EXPLAIN QUERY PLAN of the lanes' reads and the write path's statements."""
+    from jobledger.storage.sqlite import SqliteStore, sql
+
+    assert isinstance(store, SqliteStore)
+    now = "2026-01-01T00:00:00+00:00"
+    ids = '["a", "b"]'
+    cases: list[tuple[str, str, tuple[Any, ...]]] = [
+        ("fast_pending first", sql.fast_pending_sql(False), (7, 100)),
+        ("fast_pending after", sql.fast_pending_sql(True), (7, "k5", 100)),
+        ("next_due_fast", sql.NEXT_DUE_FAST, (7,)),
+        ("inflight", sql.INFLIGHT, (7,)),
+        ("long_candidates", sql.LONG_CANDIDATES, (now, 10, now, 10, 10)),
+        ("job_versions", sql.JOB_VERSIONS_JSON, (ids,)),
+        ("delete_jobs", sql.DELETE_JOBS_JSON, (ids,)),
+        ("update_jobs", sql.UPDATE_JOBS_JSON, ('[["a"]]',)),
+        ("dedupe_holders", sql.dedupe_holders_sql(1), ("x",)),
+        ("job_stream_version", sql.JOB_STREAM_VERSION, ("a",)),
+        ("last_version", sql.LAST_VERSION, ("job:a",)),
+    ]
+    db = sqlite3.connect(store.path)
+    out = []
+    try:
+        for name, text, params in cases:
+            params = params + (None,) * (text.count("?") - len(params))
+            plan = db.execute(f"EXPLAIN QUERY PLAN {text}", params).fetchall()
+            out.append(f"plan {name}: " + " | ".join(row[3] for row in plan))
+        stat = db.execute("SELECT count(*) FROM jobs").fetchone()[0]
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+        out.append(f"jobs {stat:,} rows; file {pages * page / 2**20:.0f} MiB")
+    finally:
+        db.close()
+    return out
+
+
 def profile_notes(profile: cProfile.Profile, folder: str | None, name: str) -> list[str]:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -531,7 +727,19 @@ async def main(argv: list[str]) -> int:
         " server log, copied to --profile-dir (or here) as scale-server.log",
     )
     parser.add_argument("--profile-dir", default=None, help="where --diagnose writes .pstats")
+    parser.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="with --diagnose: no cProfile of the drain (it slows the pod's loop thread)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print each point's notes")
+    parser.add_argument(
+        "--fill-cache",
+        default=None,
+        metavar="DIR",
+        help="SQLite: fill each lane's files once into DIR (kept; the fast lane's serve both"
+        " modes) and give every point a copy, instead of filling each point's own store",
+    )
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     lanes = args.lanes.split(",")
@@ -543,16 +751,22 @@ async def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmpdir:
         server_cm = (
             private_server(args.explain_ms, args.profile_dir, args.set)
-            if args.diagnose or args.private
+            if args.store == "postgres" and (args.diagnose or args.private)
             else _machine()
         )
         async with server_cm as server:
             for lane in lanes:
                 async with AsyncExitStack() as stack:
                     began = time.perf_counter()
+                    templates: dict[int, Path | None] = dict.fromkeys(sizes)
+                    if args.store == "sqlite" and args.fill_cache:
+                        await fill_templates(Path(args.fill_cache), lane, sizes)
+                        templates = {
+                            s: template_path(Path(args.fill_cache), lane, s) for s in sizes
+                        }
                     backlogs = {
                         size: await open_backlog(
-                            stack, args.store, server, Path(tmpdir), lane, size
+                            stack, args.store, server, Path(tmpdir), lane, size, templates[size]
                         )
                         for size in sizes
                     }
@@ -567,7 +781,8 @@ async def main(argv: list[str]) -> int:
                                 f"round {round_} {lane:8s} {size:>9,} pending: drain"
                                 f" {p.drain:8,.0f} jobs/s (first run at {p.first_ms:.0f} ms;"
                                 f" pod {p.pod_us:4.0f} µs, server {p.server_us:4.0f} µs CPU/job);"
-                                f" enqueue {p.enqueue:6,.0f}/s (p50 {p.enqueue_p50_ms:.3f} ms);"
+                                f" enqueue {p.enqueue:6,.0f}/s (p50 {p.enqueue_p50_ms:.3f} ms,"
+                                f" {p.enqueue_us:4.0f} µs CPU);"
                                 f" load {load_average()}"
                             )
                             if args.verbose or args.diagnose:
@@ -612,6 +827,7 @@ def print_summary(results: list[list[Point]], lanes: list[str], sizes: list[int]
                 f" (pod {statistics.median(p.pod_us for p in pts):4.0f},"
                 f" server {statistics.median(p.server_us for p in pts):4.0f} µs CPU/job),"
                 f" enqueue {enq:6,.0f}/s"
+                f" ({statistics.median(p.enqueue_us for p in pts):4.0f} µs CPU)"
             )
             if size != sizes[0]:
                 line += (
