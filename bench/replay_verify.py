@@ -7,9 +7,15 @@ log of 1M events, as separate processes, with their events/s and peak RSS.
 The log is written by the audit workload of the contract tests (every kind of job
 transition, ~4 events per job: tests/contract/projections/test_replay_workload.py) through the
 store's batch append (`enqueue_many`, then `Writes.apply` in batches of 5,000 changes),
-in slices of 25,000 jobs. The commands run after the first slice (~100k events) and
-after the last, so the peak RSS of the small and the large log sit side by side (GNU
-`time`, which must be installed): bounded memory shows as the same figure. Each
+in slices of 25,000 jobs. The commands run after the first slice (~100k events), at
+1M events and after the last, so the peak RSS of the small and the large log sit side
+by side (GNU `time`, which must be installed): bounded memory shows as the same figure.
+`--copies` (PostgreSQL) writes the log past its first slice as copies of that slice
+(`bench/log_copies.py`: new job streams with their own hash chains, and the open jobs'
+rows), so both commands pass over it and 10M events take minutes to write:
+
+    .venv/bin/python bench/replay_verify.py --store postgres --private --copies --events 10000000
+ Each
 command's wall time and CPU time (user + system, from GNU time) give events/s and
 events per CPU-second: on a shared machine the CPU figure is the one that does not
 depend on what else runs. Same-run baseline: the bare read of every event row in
@@ -24,7 +30,8 @@ src | tar -x -C DIR/..`), so a before/after pair is measured in the same run.
 
 SQLite: a fresh file in a temporary folder. PostgreSQL: the `jobledger` schema of the
 database `jobledger_replay_bench` (created if missing, the schema dropped first and
-after), since the CLI opens the default schema of the URL's database.
+after), since the CLI opens the default schema of the URL's database; on the machine's
+server, or with `--private` on a cluster of its own (`long_log.private_database`).
 Plain script, not a test; docs/performance.md records the figures.
 """
 
@@ -43,6 +50,7 @@ from typing import Any
 
 from jobledger.core.clock import FakeClock
 from jobledger.storage.port import Store
+from jobledger.storage.postgres import PostgresStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.contract.projections.test_replay_workload import generate
@@ -154,10 +162,31 @@ async def pg_database() -> str:
 
 
 async def main() -> int:
+    if "--private" not in sys.argv:
+        return await measure()
+    from contextlib import AsyncExitStack
+
+    from long_log import private_database
+
+    global PG_SERVER
+    async with AsyncExitStack() as stack:
+        PG_SERVER = await stack.enter_async_context(private_database())
+        return await measure()
+
+
+async def measure() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--baseline-src", help="also run each command with this src first")
+    parser.add_argument(
+        "--copies",
+        action="store_true",
+        help="PostgreSQL: past the first slice, copies of it (bench/log_copies.py)",
+    )
+    parser.add_argument(
+        "--private", action="store_true", help="PostgreSQL: a private cluster for the run"
+    )
     args = parser.parse_args()
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     folder = tempfile.TemporaryDirectory(prefix="jl-replay-bench-")
@@ -171,8 +200,6 @@ async def main() -> int:
     else:
         from urllib.parse import urlsplit
 
-        from jobledger.storage.postgres import PostgresStore
-
         dsn = await pg_database()
         url = urlsplit(PG_SERVER)._replace(path=f"/{PG_DATABASE}").geturl()
         store = PostgresStore(dsn)
@@ -180,20 +207,33 @@ async def main() -> int:
     clock = FakeClock()
     events = 0
     first = 0
-    checkpoints = sorted({min(args.events, 100_000), args.events})
+    checkpoints = sorted({min(args.events, n) for n in (100_000, 1_000_000, args.events)})
     generated_s = 0.0
+    copier: Any = None
+    copies = 0
     try:
         for target in checkpoints:
             while events < target:
-                jobs = max(1, min(SLICE, (target - events) // 4))
                 started = time.perf_counter()
+                if copier is not None:
+                    copies += 1
+                    events += (await copier.write(copies, rows=True))[0]
+                    generated_s += time.perf_counter() - started
+                    continue
+                jobs = max(1, min(SLICE, (target - events) // 4))
                 workload = await generate(store, clock, jobs_count=jobs, first=first)
                 generated_s += time.perf_counter() - started
+                if args.copies and events == 0:
+                    from log_copies import Copier
+
+                    assert isinstance(store, PostgresStore)
+                    copier = Copier(store, await store.log.read_log(0, limit=workload.events))
                 first += jobs
                 events += workload.events
+            how = f"{copies} copies of the first slice" if copies else "the store's batch append"
             print(
-                f"log of {events:,} events ({first:,} jobs), generated at"
-                f" {events / generated_s:,.0f} events/s through the store's batch append"
+                f"log of {events:,} events ({first:,} jobs written, {how}), at"
+                f" {events / generated_s:,.0f} events/s"
             )
             raws = {}
             for order in ORDERS:

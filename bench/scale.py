@@ -137,9 +137,10 @@ class Server:
 
 @asynccontextmanager
 async def private_server(
-    explain_ms: float | None, log_to: str | None, overrides: list[str]
+    explain_ms: float | None, log_to: str | None, overrides: list[str], *, statements: bool = True
 ) -> AsyncIterator[Server]:
-    """A private cluster with the machine's settings that matter, plus pg_stat_statements."""
+    """A private cluster with the machine's settings that matter, plus pg_stat_statements
+    (`statements`: else without the preloaded libraries, as the machine's server runs)."""
     sys.path.insert(0, str(ROOT))
     from tests.private_pg import PrivateCluster, pg_bin
 
@@ -158,11 +159,12 @@ async def private_server(
         with (cluster.data / "postgresql.conf").open("a") as conf:
             for name, setting, unit in copied:
                 conf.write(f"{name} = '{conf_value(setting, unit)}'\n")
-            conf.write(
-                "shared_preload_libraries = 'pg_stat_statements, auto_explain'\n"
-                "pg_stat_statements.track = 'all'\npg_stat_statements.track_planning = on\n"
-                "track_io_timing = on\n"
-            )
+            if statements:
+                conf.write(
+                    "shared_preload_libraries = 'pg_stat_statements, auto_explain'\n"
+                    "pg_stat_statements.track = 'all'\npg_stat_statements.track_planning = on\n"
+                    "track_io_timing = on\n"
+                )
             for line in overrides:  # --set name=value, after the copied settings
                 name, _, value = line.partition("=")
                 conf.write(f"{name.strip()} = '{value.strip()}'\n")
