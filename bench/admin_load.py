@@ -2,13 +2,15 @@
 same run's throughput without API load as the baseline.
 
     .venv/bin/python bench/admin_load.py                      # SQLite, 50 clients, 20 s
-    .venv/bin/python bench/admin_load.py --store postgres --clients 50 --seconds 20
+    .venv/bin/python bench/admin_load.py --store postgres --clients 20 --seconds 60
+    .venv/bin/python bench/admin_load.py --store postgres --private ...   # own cluster
 
 A store is filled with `--backlog` jobs due tomorrow (a large jobs table for the list
 routes to read). At 1,000 of them and again at `--backlog`, the CPU per request of each
 list route is measured in process (ASGI, no network), with one uncapped `count(*)` of
-the same rows beside it: the cost independent of the table is seen there. Then four phases of `--seconds` each, every phase on `--drain` fresh
-no-op jobs (at-least-once fast lane):
+the same rows beside it: the cost independent of the table is seen there. Then four
+phases of `--seconds` each, every phase on a backlog of no-op jobs (at-least-once fast
+lane) topped up to `--drain` before it starts:
 
 * one process: `jobledger serve` runs the API and the workers, no API load;
 * the same, with `--clients` clients looping over list (newest page, its next page by
@@ -17,9 +19,25 @@ no-op jobs (at-least-once fast lane):
 * the same two processes, with the clients.
 
 Worker throughput is the drop of the no-op jobs' count over the phase (read from the
-store at its edges, after 2 s of warm-up). The clients report requests/s and latency.
-Prints one line per phase, the ratios to the unloaded phase of the same layout, and the
-load average at the start and end. `--no-stats` leaves `/api/v1/stats` out of the mix. Performance lives here, never in timed tests.
+store at its edges, after 2 s of warm-up), so it is a rate only while the workers never
+run out of work. `--drain` 0 (the default) sizes the backlog from a measured rate: a
+calibration drains 30,000 no-op jobs with a `jobledger worker` alone and times the
+middle 80 % of them, and every phase gets twice that rate times the phase, warm-up
+included (on a shared machine one layout's rate swings 2x from minute to minute). A
+phase that ends with no no-op job left "ran dry": its figure is a lower bound, the
+bench says so and exits with status 1 (raise `--drain`).
+
+The clients report requests/s and latency (p50 / p95 / p99 per route). Prints one line
+per phase with the CPU seconds of every process over the window (the bench's own is the
+clients'; with `--private` the server's too) and the cores the whole machine and these
+processes kept busy, the ratios to the unloaded phase of the same layout, and the load
+average at the start and end. `--no-stats` leaves `/api/v1/stats` out of the mix.
+`--private` (PostgreSQL) runs on a private cluster on a free loopback port with the
+machine's settings and `pg_stat_statements` (bench/scale.py), and prints the statements
+that took the most server time in each phase. `--baseline-src DIR` runs every phase
+twice, `jobledger` from DIR (a tree's src) and from this tree, alternating. With
+`--profile-dir DIR` the API process of the loaded phases runs under cProfile.
+Performance lives here, never in timed tests.
 """
 
 from __future__ import annotations
@@ -63,6 +81,11 @@ APP = "admin_load_app:app"
 NOOP, LATER = "bench:noop", "bench:later"
 WARMUP_S = 2.0
 CLI = "from jobledger.cli import main; raise SystemExit(main())"
+#: the same under cProfile, its stats written to the file named by JOBLEDGER_BENCH_PROFILE
+PROFILED = (
+    "import cProfile, os; from jobledger.cli import main;"
+    " cProfile.run('main()', os.environ['JOBLEDGER_BENCH_PROFILE'])"
+)
 
 
 @dataclass
@@ -135,7 +158,7 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
     `log` (a pipe nobody reads would fill up and stall it)."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", CLI, *args],
+            [sys.executable, "-c", PROFILED if "JOBLEDGER_BENCH_PROFILE" in env else CLI, *args],
             cwd=HERE,
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdout=out,
@@ -161,6 +184,33 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+CORES = os.cpu_count() or 1
+
+
+def machine_cpu() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine so far, every core (Linux /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def server_cpu(postmaster: int | None) -> dict[int, float]:
+    """CPU seconds so far of a PostgreSQL server's processes (the postmaster and its
+    children) by pid; empty without one."""
+    if postmaster is None:
+        return {}
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a process that ended meanwhile
+        pid = int(stat.parent.name)
+        if pid == postmaster or int(fields[1]) == postmaster:
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -178,7 +228,7 @@ LIST_ROUTES = [
     ("/api/v1/jobs", {"status": "PENDING", "limit": "100"}),
     ("/api/v1/jobs", {"target": LATER, "limit": "50"}),
 ]
-STATS_ROUTE = ("/api/v1/stats", {})
+STATS_ROUTE: tuple[str, dict[str, str]] = ("/api/v1/stats", {})
 
 
 async def hammer(
@@ -216,16 +266,25 @@ async def phase(
     name: str,
     store: Store,
     url: str,
-    drain: int,
     seconds: float,
     load: tuple[int, list[tuple[str, dict[str, str]]]],
     split: bool,
     logs: Path,
+    src: str | None = None,
+    profile: Path | None = None,
+    server_pid: int | None = None,
 ) -> Phase:
     """Worker throughput and answered requests over a fixed window of `seconds`
-    (requests still waiting at its end are dropped, not waited for)."""
-    await enqueue(store, NOOP, drain)
+    (requests still waiting at its end are dropped, not waited for); `src`: the
+    processes run `jobledger` from that folder instead of this tree; `profile`: with
+    clients, the API process runs under cProfile and writes its stats there;
+    `server_pid`: a private cluster's postmaster, whose processes' CPU is counted too."""
     env = {"JOBLEDGER_STORE": url, "JOBLEDGER_API_KEYS": f"{KEY}:admin:bench"}
+    if src is not None:
+        env["PYTHONPATH"] = str(Path(src).resolve())
+    if profile is not None and load[0]:
+        where = profile / f"{re.sub(r'[^a-z0-9]+', '-', name.lower())}.pstats"
+        env["JOBLEDGER_BENCH_PROFILE"] = str(where.resolve())
     serve = ["serve", "--port", "0", "--app", APP] + (["--no-workers"] if split else [])
     procs = [start(serve, env, logs / "serve.log")]
     clients, routes = load
@@ -233,15 +292,18 @@ async def phase(
     try:
         base = wait_serving(procs[0], logs / "serve.log")
         if split:
-            procs.append(start(["worker", "--app", APP], env, logs / "worker.log"))
+            unprofiled = {k: v for k, v in env.items() if k != "JOBLEDGER_BENCH_PROFILE"}
+            procs.append(start(["worker", "--app", APP], unprofiled, logs / "worker.log"))
         await asyncio.sleep(WARMUP_S)
-        before = await remaining(store)
+        # a count reads the rows as of its start: the window is timed from there
         began = time.monotonic()
+        before = await remaining(store)
         cpu_began = [cpu_seconds(p.pid) for p in procs] + [time.process_time()]
+        server_began, machine_began = server_cpu(server_pid), machine_cpu()
         task = asyncio.create_task(hammer(base, clients, routes, latencies)) if clients else None
-        await asyncio.sleep(seconds)
-        after = await remaining(store)
+        await asyncio.sleep(seconds - (time.monotonic() - began))
         elapsed = time.monotonic() - began
+        after = await remaining(store)
         cpu_used = [
             end - start
             for end, start in zip(
@@ -250,6 +312,10 @@ async def phase(
                 strict=True,
             )
         ]
+        server_used = sum(
+            used - server_began.get(pid, 0.0) for pid, used in server_cpu(server_pid).items()
+        )
+        busy, ticks = (end - start for end, start in zip(machine_cpu(), machine_began, strict=True))
         answered = sum(map(len, latencies.values()))
         if task is not None:
             task.cancel()
@@ -266,32 +332,116 @@ async def phase(
         ", ".join(
             f"{who} {used:.1f} s"
             for who, used in zip(
-                ["serve", "worker", "bench"] if split else ["serve", "bench"], cpu_used, strict=True
+                ["serve", "worker", "bench"] if split else ["serve", "bench"],
+                cpu_used,
+                strict=True,
             )
-        ),
+        )
+        + (f", PostgreSQL {server_used:.1f} s" if server_pid is not None else "")
+        + f"; cores busy: the machine's {busy / ticks * CORES:.2f} of {CORES},"
+        f" these processes' {(sum(cpu_used) + server_used) / elapsed:.2f}",
     )
 
 
 def percentiles(seconds: list[float]) -> str:
     ms = sorted(x * 1000 for x in seconds)
-    p95 = ms[min(len(ms) - 1, math.ceil(len(ms) * 0.95) - 1)]
-    return f"p50 {statistics.median(ms):.0f} / p95 {p95:.0f} ms"
+
+    def rank(q: float) -> float:
+        return ms[min(len(ms) - 1, math.ceil(len(ms) * q) - 1)]
+
+    return f"p50 {statistics.median(ms):.0f} / p95 {rank(0.95):.0f} / p99 {rank(0.99):.0f} ms"
 
 
-async def main() -> None:
+CLIENTS, NO_LOAD = "clients", "no API load"
+
+
+def plan(clients: int, baseline: str | None) -> list[tuple[str, int, bool, str | None]]:
+    """(name, clients, split, src folder or None for this tree) of every phase: the four
+    layouts, and with a `baseline` each one twice, the trees alternating (base first,
+    then this tree first, ...) so the machine's drift hits both alike."""
+    phases: list[tuple[str, int, bool, str | None]] = []
+    for n, (layout, split) in enumerate(
+        (("one process", False), ("API and worker processes", True))
+    ):
+        for m, (load, count) in enumerate(((NO_LOAD, 0), (f"{clients} {CLIENTS}", clients))):
+            if baseline is None:
+                phases.append((f"{layout}, {load}", count, split, None))
+                continue
+            trees = [("base", baseline), ("this tree", None)]
+            if (n + m) % 2:
+                trees.reverse()
+            for tree, src in trees:
+                phases.append((f"{tree}: {layout}, {load}", count, split, src))
+    return phases
+
+
+CALIBRATION = 30_000  # no-op jobs the calibration drains
+MARGIN = 2.0  # the backlog a phase gets: this times the calibrated rate times the phase
+
+
+async def calibrate(store: Store, url: str, seconds: float, log: Path, first: int) -> int:
+    """A backlog no phase runs out of: `CALIBRATION` no-op jobs drained by a worker
+    alone, timed from the count's first drop below 90 % to its first below 10 %, gives
+    the unloaded rate; the backlog is `MARGIN` times that rate over the phase and its
+    warm-up, in whole 10,000s."""
+    await enqueue(store, NOOP, CALIBRATION, first=first)
+    proc = start(["worker", "--app", APP], {"JOBLEDGER_STORE": url}, log)
+    marks: list[tuple[float, int]] = []
+    try:
+        while (left := await remaining(store)) > CALIBRATION // 10:
+            if left < CALIBRATION * 9 // 10:
+                marks.append((time.monotonic(), left))
+            await asyncio.sleep(0.05)
+        marks.append((time.monotonic(), left))
+        while await remaining(store):
+            await asyncio.sleep(0.2)
+    finally:
+        stop([proc])
+    (t0, c0), (t1, c1) = marks[0], marks[-1]
+    rate = (c0 - c1) / max(t1 - t0, 1e-3)
+    backlog = math.ceil(rate * (seconds + WARMUP_S) * MARGIN / 10_000) * 10_000
+    print(f"calibration: a worker alone drains {rate:,.0f} jobs/s; {backlog:,} a phase")
+    return backlog
+
+
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--backlog", type=int, default=100_000)
-    parser.add_argument("--drain", type=int, default=100_000, help="no-op jobs per phase")
+    parser.add_argument(
+        "--drain", type=int, default=0, help="no-op jobs a phase starts with (0: calibrated)"
+    )
     parser.add_argument(
         "--no-stats", action="store_true", help="list routes only (no /api/v1/stats)"
     )
+    parser.add_argument(
+        "--private", action="store_true", help="PostgreSQL: a private cluster for the run"
+    )
+    parser.add_argument(
+        "--baseline-src",
+        default=None,
+        help="a tree's src folder: every phase also runs `jobledger` from it, alternating",
+    )
+    parser.add_argument(
+        "--profile-dir",
+        default=None,
+        help="run the API process of the loaded phases under cProfile; .pstats files here",
+    )
     args = parser.parse_args()
+    profile = Path(args.profile_dir) if args.profile_dir else None
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        url, schema = await new_store_url(args.store, Path(tmp))
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        server = None
+        if args.store == "postgres" and args.private:
+            from scale import private_server
+
+            server = await stack.enter_async_context(private_server(None, None, []))
+        url, schema, dsn = await new_store_url(args.store, tmp, server)
         store = open_store(url)
         await store.open()
         try:
@@ -301,25 +451,37 @@ async def main() -> None:
             await enqueue(store, LATER, args.backlog - small, run_at=tomorrow(), first=small)
             print(await route_costs(store, args.backlog))
             routes = LIST_ROUTES if args.no_stats else [*LIST_ROUTES, STATS_ROUTE]
+            enqueued = 0
+            drain = args.drain
+            if not drain:
+                drain = await calibrate(store, url, args.seconds, tmp / "calibration.log", 0)
+                enqueued = CALIBRATION
             print(
-                f"{args.store}: {args.backlog} jobs due tomorrow, {args.drain} no-op jobs a phase,"
-                f" routes: {', '.join(sorted({p for p, _ in routes}))}"
+                f"{args.store}: {args.backlog} jobs due tomorrow, {drain} no-op jobs at the"
+                f" start of each phase, routes: {', '.join(sorted({p for p, _ in routes}))}"
             )
-            results = []
-            for name, clients, split in (
-                ("one process, no API load", 0, False),
-                (f"one process, {args.clients} clients", args.clients, False),
-                ("API and worker processes, no API load", 0, True),
-                (f"API and worker processes, {args.clients} clients", args.clients, True),
-            ):
-                logs = Path(tmp) / f"phase{len(results)}"
+            results: list[Phase] = []
+            for name, clients, split, tree in plan(args.clients, args.baseline_src):
+                logs = tmp / f"phase{len(results)}"
                 logs.mkdir()
+                missing = drain - await remaining(store)
+                await enqueue(store, NOOP, missing, first=enqueued)
+                enqueued += max(missing, 0)
+                await reset_statements(dsn)
                 result = await phase(
-                    name, store, url, args.drain, args.seconds, (clients, routes), split, logs
+                    name,
+                    store,
+                    url,
+                    args.seconds,
+                    (clients, routes),
+                    split,
+                    logs,
+                    tree,
+                    profile,
+                    postmaster(server),
                 )
                 results.append(result)
-                await drain_rest(store, url, logs / "drain.log")
-                dry = " (ran dry: raise --drain)" if result.ran_dry else ""
+                dry = " RAN DRY (a lower bound: raise --drain)" if result.ran_dry else ""
                 api = (
                     f"; API {result.requests_per_s:,.0f} req/s ({result.latency})"
                     if clients
@@ -330,15 +492,35 @@ async def main() -> None:
                     f" CPU over the {args.seconds:.0f} s: {result.cpu}",
                     flush=True,
                 )
+                print(await top_statements(dsn), end="", flush=True)
         finally:
             await store.close()
-            await drop_schema(schema)
-    for loaded, idle in ((1, 0), (3, 2)):
-        ratio = results[loaded].jobs_per_s / max(results[idle].jobs_per_s, 1e-9)
-        print(f"{results[loaded].name}: {ratio:.2f}x of {results[idle].name}")
+            await drop_schema(schema, dsn)
+    for loaded in results:
+        if not loaded.name.endswith(CLIENTS):
+            continue
+        unloaded = loaded.name.replace(f"{args.clients} {CLIENTS}", NO_LOAD)
+        idle = next(r for r in results if r.name == unloaded)
+        ratio = loaded.jobs_per_s / max(idle.jobs_per_s, 1e-9)
+        invalid = loaded.ran_dry or idle.ran_dry
+        print(
+            f"{loaded.name}: {ratio:.2f}x of {idle.name}"
+            + (" NOT MEASURED: a phase ran dry" if invalid else "")
+        )
     load_end = os.getloadavg()
     first, last = (" ".join(f"{x:.2f}" for x in load) for load in (load_start, load_end))
     print(f"load average at start {first}, at end {last} ({os.cpu_count()} cores)")
+    if any(r.ran_dry for r in results):
+        print("FAILED: a phase ran out of no-op jobs; its worker rate is not measured")
+        return 1
+    return 0
+
+
+def postmaster(server: Any) -> int | None:
+    """The pid of a private cluster's server (None on the machine's server or SQLite)."""
+    if server is None or server.private is None:
+        return None
+    return int((server.private.data / "postmaster.pid").read_text().split()[0])
 
 
 def tomorrow() -> Any:
@@ -347,35 +529,59 @@ def tomorrow() -> Any:
     return datetime.now(UTC) + timedelta(days=1)
 
 
-async def new_store_url(kind: str, tmp: Path) -> tuple[str, str | None]:
-    """A new empty store's URL: a SQLite file in `tmp`, or a fresh schema of the
-    PostgreSQL bench database (`bench/pg_common.py`; dropped at the end)."""
+async def new_store_url(kind: str, tmp: Path, server: Any) -> tuple[str, str | None, str | None]:
+    """A new empty store's URL, its schema and its database's DSN: a SQLite file in
+    `tmp`, or a fresh schema of the PostgreSQL bench database (`bench/pg_common.py`, or
+    the private cluster's `server`; the schema is dropped at the end)."""
     if kind == "sqlite":
-        return f"sqlite:///{tmp / 'admin-load.db'}", None
+        return f"sqlite:///{tmp / 'admin-load.db'}", None, None
     schema = f"bench_admin_{int(time.time())}"
-    parts = conninfo_to_dict(await bench_dsn())
+    dsn = await (server.database() if server is not None else bench_dsn())
+    parts = conninfo_to_dict(dsn)
     where = f"{parts.get('user', 'postgres')}@{parts.get('host')}:{parts.get('port', 5432)}"
-    return f"postgresql://{where}/{parts['dbname']}?schema={schema}", schema
+    return f"postgresql://{where}/{parts['dbname']}?schema={schema}", schema, dsn
 
 
-async def drop_schema(schema: str | None) -> None:
-    if schema is None:
+async def drop_schema(schema: str | None, dsn: str | None) -> None:
+    if schema is None or dsn is None:
         return
-    async with await psycopg.AsyncConnection.connect(await bench_dsn(), autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-async def drain_rest(store: Store, url: str, log: Path) -> None:
-    """Empty the no-op target between phases (a worker until none are left)."""
-    if await remaining(store) == 0:
+async def has_statements(conn: psycopg.AsyncConnection[Any]) -> bool:
+    cur = await conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'")
+    return await cur.fetchone() is not None
+
+
+async def reset_statements(dsn: str | None) -> None:
+    """Zero `pg_stat_statements` (where it is installed) before a phase."""
+    if dsn is None:
         return
-    proc = start(["worker", "--app", APP], {"JOBLEDGER_STORE": url}, log)
-    try:
-        while await remaining(store):
-            await asyncio.sleep(0.5)
-    finally:
-        stop([proc])
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        if await has_statements(conn):
+            await conn.execute("SELECT pg_stat_statements_reset()")
+
+
+async def top_statements(dsn: str | None, count: int = 6) -> str:
+    """The statements that took the most server time since the last reset, one line each
+    (empty without `pg_stat_statements`)."""
+    if dsn is None:
+        return ""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        if not await has_statements(conn):
+            return ""
+        cur = await conn.execute(
+            "SELECT calls, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g')"
+            " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s",
+            (count,),
+        )
+        rows = await cur.fetchall()
+    return "".join(
+        f"    {calls:>8,} calls {total / 1000:7.1f} s  {query[:110]}\n"
+        for calls, total, query in rows
+    )
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    raise SystemExit(asyncio.run(main()))

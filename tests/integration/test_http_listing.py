@@ -11,7 +11,7 @@ import pytest
 
 from jobledger.core.clock import FakeClock
 from jobledger.http.queries import open_jobs
-from jobledger.storage.port import Store
+from jobledger.storage.port import JobFilter, Store
 from tests.unit.http_helpers import ADMIN, client, world
 
 
@@ -74,6 +74,32 @@ async def test_total_is_capped_and_says_so(
         assert len(body["data"]) == 2
         exact = await _get(http, status="DEAD")
         assert exact["total"] == 1 and exact["total_capped"] is False
+
+
+async def test_a_capped_total_is_kept_and_an_exact_one_read_each_call(
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(open_jobs, "COUNT_CAP", 4)
+    monkeypatch.setattr(open_jobs, "CAPPED_KEPT_S", 3600.0)
+    async with world(store, clock) as w, client(w.app) as http:
+        ids = [await w.enqueue(key=f"k{n}") for n in range(6)]
+        assert (await _get(http, target="mail:welcome"))["total_capped"] is True
+        for job_id in ids[:3]:
+            cancel = await http.post(f"/api/v1/jobs/{job_id}/cancel", headers=ADMIN)
+            assert cancel.status_code == 200, cancel.text
+        # within CAPPED_KEPT_S the capped total is not read again; the page is
+        kept = await _get(http, target="mail:welcome")
+        assert kept["total"] == 4 and kept["total_capped"] is True
+        assert sorted(r["_id"] for r in kept["data"]) == sorted(ids[3:])
+        # another filter has its own total, and one under the cap is exact every call
+        assert (await _get(http, target="mail:welcome", status="PENDING"))["total"] == 3
+        await w.enqueue(key="k6")
+        assert (await _get(http, target="mail:welcome", status="PENDING"))["total"] == 4
+        # once CAPPED_KEPT_S is over the total is read: exact again below the cap
+        monkeypatch.setattr(open_jobs, "CAPPED_KEPT_S", 0.0)
+        fresh = await _get(http, target="mail:welcome")
+        assert fresh["total"] == 4 and fresh["total_capped"] is False
+        assert (await open_jobs.capped_count(store, JobFilter(target="mail:welcome"))) == (4, False)
 
 
 @pytest.mark.parametrize(

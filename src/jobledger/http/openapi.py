@@ -317,7 +317,8 @@ JOB_SCHEMAS: dict[str, Any] = {
             "total_capped": {
                 "type": "boolean",
                 "description": f"more than {COUNT_CAP} rows match: `total` is {COUNT_CAP}"
-                " and means at least that many",
+                " and means at least that many (a capped total is counted again after a"
+                " second, not on every call)",
             },
             "next": {**_NID, "description": "pass as `before` for the older rows"},
             "prev": {**_NID, "description": "pass as `after` for the newer rows"},
