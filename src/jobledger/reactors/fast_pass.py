@@ -5,7 +5,9 @@ on the order key, ≤ `fast_batch`), keeps what is still to run in a buffer sort
 (key, version), and asks the pure planner (`domain.lanes.plan_batch`) for each round.
 A full page may cut its last key short: `domain.lanes.next_page_after` re-reads that key
 from its first remaining version. The pass also collects when it must look again (the
-earliest held retry) and which paused targets have rows here (their probes).
+earliest held retry) and which paused targets have rows here (their probes), and it
+judges, as a takeover does, a row of its pages left marked in flight by a run that is
+over and that no takeover judged (`_judge_marked`).
 
 Three speed paths live here, each measured (docs/decisions.md, D25, D27, D28):
 
