@@ -1,14 +1,15 @@
-"""A takeover's read of the in-flight rows, before and after the `inflight` table, on a
-deep backlog, alternating in one run.
+"""A takeover's read of the in-flight rows, before and after the table that names them
+(`marks`, migration 8; `inflight` before it), on a deep backlog, alternating in one run.
 
     .venv/bin/python bench/pg_takeover.py [--rows 1000000] [--marked 64] [--pairs 7]
 
 Rows are generated with set-based SQL straight into `jobs` (this measures the read, not
-the enqueue), `--marked` of them carrying an at-most-once mark and an `inflight` row,
-then `VACUUM ANALYZE`. Each pair times the read a pod makes for every partition it takes
+the enqueue), the last PENDING row of each of the first `--marked` partitions carrying
+an at-most-once mark (a partition has at most one) named in `marks`, then `VACUUM
+ANALYZE`. Each pair times the read a pod makes for every partition it takes
 at start (`inflight_in` of all 64): first the statement before migration 5 (the marked
 rows found among every PENDING row of those partitions), then the one after (through
-`inflight`, each row by the primary key), or the other way round in odd pairs. Prints
+`marks`, each row by the primary key), or the other way round in odd pairs. Prints
 both times, the ratio of each pair, their median and spread, the rows found (the same
 on both sides) and the load average. Plain script, not a test.
 """
@@ -49,18 +50,20 @@ async def main() -> None:
         began = time.perf_counter()
         async with store.pool.connection() as conn:
             await conn.execute(POPULATE.format(s=s), {"n": args.rows})
-            step = max(args.rows // args.marked, 1)
             await conn.execute(
                 f"UPDATE {s}.jobs SET inflight_token = 'tok', claimed_by = 'gone'"
-                f" WHERE version % {step} = 0"
+                f" WHERE id IN (SELECT DISTINCT ON (partition) id FROM {s}.jobs"
+                " WHERE lane = 'fast' AND status = 'PENDING' AND partition < %(marked)s"
+                " ORDER BY partition, order_key DESC, version DESC, id DESC)",
+                {"marked": args.marked},
             )
             await conn.execute(
-                f"INSERT INTO {s}.inflight (id, partition)"
-                f" SELECT id, partition FROM {s}.jobs WHERE inflight_token IS NOT NULL"
+                f"INSERT INTO {s}.marks (partition, id)"
+                f" SELECT partition, id FROM {s}.jobs WHERE inflight_token IS NOT NULL"
             )
         async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as raw:
             await raw.execute(f"VACUUM ANALYZE {s}.jobs")
-            await raw.execute(f"VACUUM ANALYZE {s}.inflight")
+            await raw.execute(f"VACUUM ANALYZE {s}.marks")
         print(f"generated {args.rows} rows in {time.perf_counter() - began:.1f} s")
         parts = {"parts": list(range(64))}
         sides = {"before": before_sql(s), "after": store.sql.inflight_in}

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from jobledger.core.ids import new_token
 from jobledger.domain import job_commands, job_outcomes
 from jobledger.domain.events import SYSTEM
+from jobledger.domain.job_outcomes import Outcome
 from jobledger.domain.jobs import Change, Job, Lane, Stamp
 from jobledger.domain.lanes import TargetView
 from jobledger.reactors.commit import GroupCommitter
@@ -96,8 +97,12 @@ class FastContext:
         """Judge the rows left in flight in `partitions` (by a previous owner, or by a
         round of this pod that failed): at-most-once → DEAD, at-least-once → requeued.
         One read and one lease-guarded write for all of them."""
-        rows = await self.store.queue.inflight_in(partitions)
-        await self.outcomes.judge_left_behind(
+        await self.judge_marked(await self.store.queue.inflight_in(partitions))
+
+    async def judge_marked(self, rows: Sequence[Job]) -> list[tuple[Job, Outcome, bool]]:
+        """Judge `rows`, marked in flight by a run that is over, as a takeover does, in one
+        lease-guarded write: each row, its outcome and whether it was applied."""
+        return await self.outcomes.judge_left_behind(
             rows,
             job_outcomes.take_over,
             "in flight when its partition was taken over",

@@ -5,7 +5,9 @@ on the order key, ≤ `fast_batch`), keeps what is still to run in a buffer sort
 (key, version), and asks the pure planner (`domain.lanes.plan_batch`) for each round.
 A full page may cut its last key short: `domain.lanes.next_page_after` re-reads that key
 from its first remaining version. The pass also collects when it must look again (the
-earliest held retry) and which paused targets have rows here (their probes).
+earliest held retry) and which paused targets have rows here (their probes), and it
+judges, as a takeover does, a row of its pages left marked in flight by a run that is
+over and that no takeover judged (`_judge_marked`).
 
 Three speed paths live here, each measured (docs/decisions.md, D25, D27, D28):
 
@@ -29,7 +31,7 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 
-from jobledger.domain.jobs import DeliveryMode, Job
+from jobledger.domain.jobs import DeliveryMode, Job, JobStatus
 from jobledger.domain.lanes import BatchPlan, TargetView, next_page_after, plan_batch
 from jobledger.reactors.fast_context import FastContext
 
@@ -62,6 +64,7 @@ class PartitionPass:
         self._ahead_after: str | None = None  # where it starts
         self.wake_at: datetime | None = None
         self.paused_seen: set[str] = set()
+        self._judged: set[str] = set()  # marked rows met and judged in this pass
 
     def _reset(self) -> None:
         self.buffer = []
@@ -77,6 +80,7 @@ class PartitionPass:
         self.abandon_read_ahead()
         self._reset()
         self._open = False
+        self._judged = set()
 
     def seed(self, rows: list[Job]) -> None:
         """Start a pass on `rows` a wake-up handed over instead of a read: its only page,
@@ -102,6 +106,7 @@ class PartitionPass:
                 page = await self.read_page(self._after)
                 if not self._take_page(page, page, self._after):
                     return None
+                await self._judge_marked()
             plan = self.plan()
             if plan.size:
                 return plan
@@ -188,7 +193,35 @@ class PartitionPass:
             if job.id in gone:
                 continue
             rows.append(replaced.get(job.id, job))
-        self._take_page(page, rows, self._ahead_after)
+        if self._take_page(page, rows, self._ahead_after):
+            await self._judge_marked()
+
+    async def _judge_marked(self) -> None:
+        """Judge the rows of the page just taken that carry an in-flight mark, as a
+        takeover does (at-most-once → DEAD), once each in a pass. A page is read only
+        while the worker holds no mark of its own (a round's marked row is written
+        before the next read; a page read ahead is taken as that write left it), so a
+        marked row here was left by a run that is over, and a takeover judges those it
+        finds named (`Queue.inflight_in`) before the worker starts: this judges any
+        other. The planner holds a marked row's chain meanwhile; a row whose judgement
+        was refused (the lease lost) stays held."""
+        marked = [
+            j for j in self.buffer if j.inflight_token is not None and j.id not in self._judged
+        ]
+        if not marked:
+            return
+        self._judged.update(j.id for j in marked)
+        replaced: dict[str, Job] = {}
+        dropped: set[str] = set()
+        for job, outcome, applied in await self.ctx.judge_marked(marked):
+            row = outcome.change.row
+            if not applied:
+                continue
+            if isinstance(row, Job) and row.status == JobStatus.PENDING:
+                replaced[job.id] = row
+            else:
+                dropped.add(job.id)
+        self.update(replaced, dropped)
 
     def plan(self) -> BatchPlan:
         """The planner's next round over the buffer as it is now."""

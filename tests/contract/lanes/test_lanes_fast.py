@@ -299,6 +299,66 @@ async def test_takeover_at_most_once_row_in_flight_is_dead(store: Store, clock: 
     assert [j.id for j in rec_b.calls] == [ids[1]]  # the unsent row is not closed
 
 
+async def test_a_dead_pods_mark_behind_a_page_of_delayed_rows_is_judged_first(
+    store: Store, clock: FakeClock
+) -> None:
+    """The dead pod marked a row it found past a full page of delayed rows. The taker-over
+    judges it DEAD when it takes the partition, before it sends anything: its handler
+    sees one marked row in the partition, its own, and the key's next version goes after
+    the verdict."""
+    engine_a, a, rec_a = await one_pod(store, clock)
+    *early, key = keys_in(P, 101)
+    later = timedelta(hours=1)
+    await enqueue(engine_a, "kafka:t", [{"key": k, "run_at": later} for k in early])
+    marked, follower = await enqueue(
+        engine_a, "kafka:t", [{"key": key, "version": 1}, {"key": key, "version": 2}]
+    )
+    await _die_mid_send(a, rec_a, P)
+    assert [j.id for j in rec_a.calls] == [marked]
+    assert a.fast.stats.pages[:2] == [100, 2]  # the mark was made on the second page
+
+    engine_b = make_engine(store, clock)
+    seen: list[list[str]] = []
+
+    async def handler(job: jobs.Job) -> None:
+        seen.append([j.id for j in await store.queue.inflight(job.partition)])
+
+    engine_b.targets.register("kafka:t", "fast", handler)
+    b = pod(engine_b, "pod-b")
+    clock.advance(seconds=31)
+    await b.leases.start()
+    dead = await store.admin.get_job(marked)
+    assert dead is not None and dead.status == JobStatus.DEAD
+    assert dead.dead_reason == "in flight when its partition was taken over"
+    assert await store.queue.inflight(P) == []
+    await drain(b, P)
+    assert seen == [[follower]]
+    assert await store.admin.get_job(follower) is None
+
+
+async def test_a_marked_row_no_takeover_judged_is_judged_when_its_page_is_read(
+    store: Store, clock: FakeClock
+) -> None:
+    """A row marked by a run that is over, which the pod's takeover did not judge (it
+    took the partition before the mark was written): the pass judges it DEAD when a
+    page holds it, once, and the key's next version goes after it."""
+    engine, runtime, rec = await one_pod(store, clock)
+    (key,) = keys_in(P, 1)
+    marked, follower = await enqueue(
+        engine, "kafka:t", [{"key": key, "version": 1}, {"key": key, "version": 2}]
+    )
+    row = await store.admin.get_job(marked)
+    assert row is not None
+    gone = job_commands.dispatch(row, token="t1", pod="gone", stamp=Stamp(clock.now()))
+    assert await store.writes.apply([gone]) == [True]
+    await drain(runtime, P)
+    dead = await store.admin.get_job(marked)
+    assert dead is not None and dead.status == JobStatus.DEAD
+    assert dead.dead_reason == "in flight when its partition was taken over"
+    assert [j.id for j in rec.calls] == [follower]
+    assert await store.admin.get_job(follower) is None
+
+
 async def test_takeover_at_least_once_resends(store: Store, clock: FakeClock) -> None:
     engine_a, a, rec_a = await one_pod(store, clock, ALO)
     (job_id,) = await enqueue(engine_a, "kafka:t", [{"key": keys_in(P, 1)[0]}])

@@ -196,6 +196,22 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE {s}.workers ADD COLUMN paused text",
         ),
     ),
+    (
+        8,
+        (
+            # A row per partition naming the last row marked in it, in place of an
+            # `inflight` row per mark: the lane marks at most one row a partition at a
+            # time, so the mark overwrites its partition's row (a heap-only update, no
+            # index entry) and its end writes nothing; the takeover reads the named row
+            # and judges it only if it still carries a mark. The `inflight` insert and
+            # delete cost every at-most-once job two more writes and an index entry.
+            "DROP TABLE {s}.inflight",
+            'CREATE TABLE {s}.marks (partition integer PRIMARY KEY, id text COLLATE "C" NOT NULL)',
+            "INSERT INTO {s}.marks (partition, id)"
+            " SELECT DISTINCT ON (partition) partition, id FROM {s}.jobs"
+            " WHERE inflight_token IS NOT NULL ORDER BY partition, id",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1][0]

@@ -303,10 +303,10 @@ u AS (
   RETURNING id, partition, inflight_token
 ),
 fm AS (
-  INSERT INTO {s}.inflight (id, partition)
-  SELECT id, partition FROM u WHERE inflight_token IS NOT NULL ON CONFLICT (id) DO NOTHING
+  INSERT INTO {s}.marks (partition, id)
+  SELECT partition, id FROM u WHERE inflight_token IS NOT NULL
+  ON CONFLICT (partition) DO UPDATE SET id = excluded.id
 ),
-fc AS (DELETE FROM {s}.inflight f USING u WHERE f.id = u.id AND u.inflight_token IS NULL),
 {base("1")},
 e AS (INSERT INTO {s}.events ({EVENT_INSERT}) SELECT base.b + 1, {event_values} FROM base, u)
 SELECT {wake} FROM u
@@ -361,22 +361,20 @@ def _compare_and_set(s: str, kind: str, table: str, key: str, columns: str, rows
 
 
 def inflight_marks(s: str) -> str:
-    """CTEs `fm` and `fc` of the general apply statement: the `inflight` rows (migration
-    5) of the job rows its updates (`ju`) marked, and the removal of those of rows an
-    update or delete (`ju`, `jd`) left without a mark. A row's mark and its `inflight`
-    row change in the same statement, under the row's lock."""
+    """CTE `fm` of the general apply statement: each partition's `marks` row (migration
+    8) names the row its update (`ju`) marked, in the statement that sets the mark. The
+    lane marks at most one row a partition until that row's outcome is written, so the
+    row is overwritten by the partition's next mark and nothing removes it when a mark
+    ends: a heap-only update a mark, nothing an outcome. A batch that marks several rows
+    of one partition (never the lane's) names its last one; the lane judges a marked row
+    its pages meet that no takeover judged (`PartitionPass`)."""
     return f"""fm AS (
-  INSERT INTO {s}.inflight (id, partition)
-  SELECT ok.ident, ok.part FROM ju JOIN ok ON ok.i = ju.i JOIN jr r ON r.id = ok.ident
+  INSERT INTO {s}.marks (partition, id)
+  SELECT DISTINCT ON (ok.part) ok.part, ok.ident
+  FROM ju JOIN ok ON ok.i = ju.i JOIN jr r ON r.id = ok.ident
   WHERE r.inflight_token IS NOT NULL
-  ON CONFLICT (id) DO NOTHING
-),
-fc AS (
-  DELETE FROM {s}.inflight f USING ok
-  WHERE f.id = ok.ident AND ok.kind = 'job'
-    AND ok.i IN (SELECT i FROM ju UNION ALL SELECT i FROM jd)
-    AND NOT EXISTS (SELECT 1 FROM jr r WHERE r.id = ok.ident AND NOT ok.del
-                    AND r.inflight_token IS NOT NULL)
+  ORDER BY ok.part, ok.i DESC
+  ON CONFLICT (partition) DO UPDATE SET id = excluded.id
 ),
 """
 
@@ -608,17 +606,18 @@ SELECT {JOB_SELECT} FROM (
             f"SELECT DISTINCT running_code FROM {s}.jobs WHERE status = 'RUNNING'"
             " AND running_code IS NOT NULL AND lease_until > %(now)s"
         ),
-        # The in-flight rows through the `inflight` table (as many rows as marks), each
-        # row by the primary key: a join the planner cannot turn into a scan of `jobs`
-        # (LATERAL is a nested loop), however stale the statistics of either table.
+        # The in-flight rows through the `marks` table (a row per partition naming its
+        # last marked row), each row by the primary key: a join the planner cannot turn
+        # into a scan of `jobs` (LATERAL is a nested loop), however stale the
+        # statistics. The row's own mark decides: a mark that ended leaves its name.
         inflight=f"""
-SELECT j.* FROM {s}.inflight f CROSS JOIN LATERAL (
-  SELECT {JOB_SELECT} FROM {s}.jobs WHERE id = f.id
+SELECT j.* FROM {s}.marks f CROSS JOIN LATERAL (
+  SELECT {JOB_SELECT} FROM {s}.jobs WHERE id = f.id AND partition = f.partition
     AND lane = 'fast' AND status = 'PENDING' AND inflight_token IS NOT NULL
 ) j WHERE f.partition = %(p)s ORDER BY j.id""",
         inflight_in=f"""
-SELECT j.* FROM {s}.inflight f CROSS JOIN LATERAL (
-  SELECT {JOB_SELECT} FROM {s}.jobs WHERE id = f.id
+SELECT j.* FROM {s}.marks f CROSS JOIN LATERAL (
+  SELECT {JOB_SELECT} FROM {s}.jobs WHERE id = f.id AND partition = f.partition
     AND lane = 'fast' AND status = 'PENDING' AND inflight_token IS NOT NULL
 ) j WHERE f.partition = ANY(%(parts)s) ORDER BY j.partition, j.id""",
         pending_partitions=f"""
@@ -741,8 +740,9 @@ WHERE owner = ANY(%(dead)s) RETURNING partition""",
         " ON CONFLICT (name) DO UPDATE SET position = excluded.position,"
         " state = excluded.state",
         delete_jobs=f"DELETE FROM {s}.jobs",
-        rebuild_inflight=f"DELETE FROM {s}.inflight; INSERT INTO {s}.inflight (id, partition)"
-        f" SELECT id, partition FROM {s}.jobs WHERE inflight_token IS NOT NULL",
+        rebuild_inflight=f"DELETE FROM {s}.marks; INSERT INTO {s}.marks (partition, id)"
+        f" SELECT DISTINCT ON (partition) partition, id FROM {s}.jobs"
+        " WHERE inflight_token IS NOT NULL ORDER BY partition, id",
         delete_schedules=f"DELETE FROM {s}.schedules",
         insert_jobs=f"INSERT INTO {s}.jobs ({JOB_COLUMNS}, order_key) SELECT {JOB_COLUMNS}, order_key"
         f" FROM json_populate_recordset(NULL::{s}.jobs, %s::json)",
