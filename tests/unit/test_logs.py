@@ -17,8 +17,10 @@ from jobledger.core.clock import FakeClock
 from jobledger.engine import Engine
 from jobledger.observability.alerts import AlertObserver
 from jobledger.observability.logs import (
+    TEXT_FORMAT,
     JsonFormatter,
     RunLogObserver,
+    TextFormatter,
     configure_logging,
     install_observers,
     log_run_line,
@@ -193,3 +195,16 @@ def test_install_observers_with_a_custom_hook(clock: FakeClock) -> None:
     clock.advance(minutes=5)
     engine.observers.partitions_owned("pod", 8)  # any later event notices the long pause
     assert pager.kinds == ["job_dead", "target_paused"]
+
+
+def test_the_text_time_matches_the_standard_formatters_across_seconds() -> None:
+    """The text formatter writes a second's date and time once for all its lines: each
+    line still shows its own second and milliseconds, whatever order the records come
+    in (a clock stepped back included)."""
+    text, standard = TextFormatter(TEXT_FORMAT), logging.Formatter(TEXT_FORMAT)
+    for created in (1_000.5, 1_000.999, 1_001.0, 1_001.25, 1_000.75, 86_400.001, 86_399.999):
+        record = logging.makeLogRecord(
+            {"msg": "m", "created": created, "msecs": (created % 1) * 1000}
+        )
+        assert text.formatTime(record) == standard.formatTime(record)
+        assert text.formatTime(record, "%H:%M") == standard.formatTime(record, "%H:%M")
