@@ -35,7 +35,9 @@ average at the start and end. `--no-stats` leaves `/api/v1/stats` out of the mix
 `--private` (PostgreSQL) runs on a private cluster on a free loopback port with the
 machine's settings and `pg_stat_statements` (bench/scale.py), and prints the statements
 that took the most server time in each phase. `--baseline-src DIR` runs every phase
-twice, `jobledger` from DIR (a tree's src) and from this tree, alternating. With
+twice, `jobledger` from DIR (a tree's src) and from this tree, alternating, on one
+store migrated by this tree: a tree from before one of its migrations cannot run there
+(its worker drains nothing, and the run fails). With
 `--profile-dir DIR` the API process of the loaded phases runs under cProfile.
 Performance lives here, never in timed tests.
 """
@@ -482,6 +484,8 @@ async def main() -> int:
                 )
                 results.append(result)
                 dry = " RAN DRY (a lower bound: raise --drain)" if result.ran_dry else ""
+                if not result.jobs_per_s:
+                    dry = " DRAINED NOTHING (its worker did not run: see its log)"
                 api = (
                     f"; API {result.requests_per_s:,.0f} req/s ({result.latency})"
                     if clients
@@ -502,18 +506,27 @@ async def main() -> int:
         unloaded = loaded.name.replace(f"{args.clients} {CLIENTS}", NO_LOAD)
         idle = next(r for r in results if r.name == unloaded)
         ratio = loaded.jobs_per_s / max(idle.jobs_per_s, 1e-9)
-        invalid = loaded.ran_dry or idle.ran_dry
+        invalid = unmeasured(loaded) or unmeasured(idle)
         print(
             f"{loaded.name}: {ratio:.2f}x of {idle.name}"
-            + (" NOT MEASURED: a phase ran dry" if invalid else "")
+            + (" NOT MEASURED: a phase ran dry or drained nothing" if invalid else "")
         )
     load_end = os.getloadavg()
     first, last = (" ".join(f"{x:.2f}" for x in load) for load in (load_start, load_end))
     print(f"load average at start {first}, at end {last} ({os.cpu_count()} cores)")
-    if any(r.ran_dry for r in results):
-        print("FAILED: a phase ran out of no-op jobs; its worker rate is not measured")
+    if any(unmeasured(r) for r in results):
+        print(
+            "FAILED: a phase ran out of no-op jobs or its worker drained none (a tree that"
+            " cannot run on this store's schema, a worker that failed to start); its"
+            " worker rate is not measured"
+        )
         return 1
     return 0
+
+
+def unmeasured(result: Phase) -> bool:
+    """A phase whose worker rate is no figure: it ran dry, or its worker drained nothing."""
+    return result.ran_dry or not result.jobs_per_s
 
 
 def postmaster(server: Any) -> int | None:
