@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from jobledger.domain.jobs import DeliveryMode, Job, JobStatus
+from jobledger.domain.jobs import Change, DeliveryMode, Job, JobStatus
 from jobledger.domain.lanes import BatchPlan, TargetView, next_page_after, plan_batch
 from jobledger.reactors.fast_context import FastContext
 
@@ -44,6 +44,21 @@ _PREFIXES = (4, 32)
 _AHEAD_AGAIN = 10
 #: `update` of more rows than this rebuilds the buffer instead of editing it in place
 _FEW_CHANGED = 8
+
+
+def leaving(ended: Iterable[tuple[str, Change]]) -> tuple[dict[str, Job], set[str]]:
+    """How rows whose outcome is decided leave a pass's buffer (`PartitionPass.update`),
+    each id with its change: a row still PENDING (a retry, a requeue) is replaced by it,
+    any other is dropped."""
+    replaced: dict[str, Job] = {}
+    dropped: set[str] = set()
+    for job_id, change in ended:
+        row = change.row
+        if isinstance(row, Job) and row.status == JobStatus.PENDING:
+            replaced[job_id] = row
+        else:
+            dropped.add(job_id)
+    return replaced, dropped
 
 
 class PartitionPass:
@@ -211,17 +226,10 @@ class PartitionPass:
         if not marked:
             return
         self._judged.update(j.id for j in marked)
-        replaced: dict[str, Job] = {}
-        dropped: set[str] = set()
-        for job, outcome, applied in await self.ctx.judge_marked(marked):
-            row = outcome.change.row
-            if not applied:
-                continue
-            if isinstance(row, Job) and row.status == JobStatus.PENDING:
-                replaced[job.id] = row
-            else:
-                dropped.add(job.id)
-        self.update(replaced, dropped)
+        judged = await self.ctx.judge_marked(marked)
+        self.update(
+            *leaving((job.id, outcome.change) for job, outcome, applied in judged if applied)
+        )
 
     def plan(self) -> BatchPlan:
         """The planner's next round over the buffer as it is now."""

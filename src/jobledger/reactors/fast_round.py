@@ -27,7 +27,7 @@ from jobledger.domain.job_outcomes import OutcomeLabel
 from jobledger.domain.jobs import Change, Job, JobStatus
 from jobledger.domain.lanes import BatchPlan
 from jobledger.reactors.fast_context import FastContext
-from jobledger.reactors.fast_pass import PartitionPass
+from jobledger.reactors.fast_pass import PartitionPass, leaving
 from jobledger.reactors.fast_states import IDLE, IN_ROUND, LOST, READING, WorkerStatus
 from jobledger.reactors.outcome import Ran
 from jobledger.storage.port import LeaseGuard
@@ -267,14 +267,7 @@ class Rounds:
     def _round_changes(self, ran: list[Ran], unsent: Sequence[tuple[Job, str]]) -> _RoundWrite:
         """Step one of writing a round: the releases of rows it marked and did not send
         (its outcomes are `ran`'s), and the pass's buffer as they all leave it."""
-        replaced: dict[str, Job] = {}
-        dropped: set[str] = set()
-        for item in ran:
-            row = item.outcome.change.row
-            if isinstance(row, Job) and row.status == JobStatus.PENDING:
-                replaced[item.job.id] = row
-            else:
-                dropped.add(item.job.id)
+        replaced, dropped = leaving((item.job.id, item.outcome.change) for item in ran)
         releases = [self.ctx.unmark(job, cause) for job, cause in unsent]
         for release in releases:
             row = release.row
