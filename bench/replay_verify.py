@@ -15,8 +15,8 @@ by side (GNU `time`, which must be installed): bounded memory shows as the same 
 rows), so both commands pass over it and 10M events take minutes to write:
 
     .venv/bin/python bench/replay_verify.py --store postgres --private --copies --events 10000000
- Each
-command's wall time and CPU time (user + system, from GNU time) give events/s and
+
+Each command's wall time and CPU time (user + system, from GNU time) give events/s and
 events per CPU-second: on a shared machine the CPU figure is the one that does not
 depend on what else runs. Same-run baseline: the bare read of every event row in
 position order by the raw driver (sqlite3 / psycopg, a server-side cursor), no
